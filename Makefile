@@ -1,0 +1,55 @@
+# voxpipe: `make run` starts the server on the embedded models; `make test` runs every check.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Debian packages the tests use: real speech with transcripts, and a synthetic voice.
+APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng
+APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
+
+.PHONY: run test bench lint typecheck unit e2e install sysdeps models clean
+
+install: $(STAMP)
+
+# Reinstalls only when pyproject.toml changes; pip reuses its cached llama-cpp-python wheel.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/voxpipe models --assemble
+	touch $(STAMP)
+
+sysdeps:
+	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(APT_PACKAGES); fi; \
+	fi
+
+run: install
+	$(BIN)/voxpipe serve
+
+models: install
+	$(BIN)/voxpipe models
+
+lint: install
+	$(BIN)/ruff check voxpipe tests
+	$(BIN)/ruff format --check voxpipe tests
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest -q tests/unit
+
+e2e: install sysdeps
+	$(BIN)/pytest -q tests/e2e
+
+test: install sysdeps lint typecheck
+	$(BIN)/pytest -q tests
+
+bench: install sysdeps
+	$(BIN)/voxpipe bench
+
+clean:
+	rm -rf $(VENV) var bench-results .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,166 @@
+"""``voxpipe`` command line: serve, call, models, bench, config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from voxpipe.config import Config
+
+
+def _config(args: argparse.Namespace) -> Config:
+    overrides: dict[str, dict[str, object]] = {}
+    if getattr(args, "host", None):
+        overrides.setdefault("server", {})["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        overrides.setdefault("server", {})["port"] = args.port
+    return Config.load(getattr(args, "config", None), **overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from voxpipe.server.app import create_app
+
+    config = _config(args)
+    logging.basicConfig(
+        level=config.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    app = create_app(config)
+    url = f"ws://{config.server.host}:{config.server.port}/v1/voice"
+
+    def announce() -> None:
+        print(
+            f"\nvoxpipe is ready. Talk to it at {url}\n"
+            f"  try:    .venv/bin/voxpipe call hello.wav --out reply.wav\n"
+            f"  health: http://{config.server.host}:{config.server.port}/readyz   "
+            f"metrics: /metrics\n",
+            flush=True,
+        )
+
+    app.state.voxpipe.on_ready.append(announce)
+    print(
+        f"voxpipe: loading and warming models; {url} accepts calls once /readyz is 200", flush=True
+    )
+    uvicorn.run(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_level=config.server.log_level,
+        ws_max_size=config.server.max_message_bytes * 4,
+        ws_ping_interval=20,
+        ws_ping_timeout=20,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    from voxpipe.audio.pcm import read_wav, write_wav
+    from voxpipe.clients.native_client import NativeClient
+
+    audio, rate = read_wav(Path(args.file))
+
+    async def run() -> int:
+        async with NativeClient(args.url) as client:
+            await client.connect()
+            turn = await client.speak(audio, rate, timeout_s=args.timeout)
+        print(f"you said:  {turn.transcript}")
+        print(f"agent:     {turn.reply}")
+        print(f"status:    {turn.status}")
+        stages = turn.metrics.get("stages_ms", {})
+        if turn.voice_to_voice_ms is not None:
+            print(f"voice-to-voice (client): {turn.voice_to_voice_ms:.0f} ms")
+        for stage, ms in stages.items():
+            print(f"  {stage:<18}{ms:>9.1f} ms")
+        for name, ms in turn.metrics.get("compute_ms", {}).items():
+            print(f"  compute {name:<10}{ms:>9.1f} ms")
+        llm = turn.metrics.get("llm", {})
+        if llm:
+            print(
+                f"  llm tokens: prefill {llm['prefill_tokens']} of {llm['prompt_tokens']} "
+                f"prompt, {llm['completion_tokens']} generated"
+            )
+        if args.out and turn.audio:
+            write_wav(Path(args.out), bytes(turn.audio), client.output_rate)
+            seconds = len(turn.audio) / 2 / client.output_rate
+            print(f"saved {seconds:.2f} s of reply audio to {args.out}")
+        for error in client.errors:
+            print(f"error: {error['code']}: {error['message']}", file=sys.stderr)
+        return 0 if turn.status == "completed" else 1
+
+    return asyncio.run(run())
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from voxpipe.engines.loader import describe_models
+
+    for info in describe_models(_config(args), assemble=args.assemble):
+        state = (
+            "ok"
+            if info.path.exists()
+            else "missing (run `make run` or `voxpipe models --assemble`)"
+        )
+        print(f"{info.stage:<4} {info.engine:<28} threads={info.threads}  {info.path}  [{state}]")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    print(json.dumps(_config(args).model_dump(mode="json"), indent=2))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from voxpipe.bench.conversation import main as bench_main
+
+    return bench_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voxpipe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the server on the configured models")
+    serve.add_argument("--config", type=Path, help="JSON config file (see docs/configuration.md)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=cmd_serve)
+
+    call = sub.add_parser("call", help="speak a WAV file to a server and save the reply")
+    call.add_argument("file", help="16-bit PCM WAV, any rate, mono or stereo")
+    call.add_argument("--url", default="ws://127.0.0.1:8765/v1/voice")
+    call.add_argument("--out", default="reply.wav", help="where to save the reply audio")
+    call.add_argument("--timeout", type=float, default=60.0)
+    call.set_defaults(func=cmd_call)
+
+    models = sub.add_parser("models", help="show which models are used and where they live")
+    models.add_argument("--config", type=Path)
+    models.add_argument("--assemble", action="store_true", help="assemble the LLM weights now")
+    models.set_defaults(func=cmd_models)
+
+    config = sub.add_parser("config", help="print the configuration in force")
+    config.add_argument("--config", type=Path)
+    config.set_defaults(func=cmd_config)
+
+    bench = sub.add_parser("bench", help="latency benchmark over a scripted spoken conversation")
+    bench.add_argument("--config", type=Path)
+    bench.add_argument("--reps", type=int, default=3, help="calls, each the whole conversation")
+    bench.add_argument("--port", type=int, default=8799)
+    bench.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

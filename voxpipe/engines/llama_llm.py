@@ -1,0 +1,255 @@
+"""llama-cpp-python chat engine with per-session KV-cache reuse.
+
+One llama.cpp context serves every call, one generation at a time (the
+runner's single thread). Each turn's prompt is the whole conversation, but
+llama.cpp keeps the KV state of the tokens it has already seen, and we only
+evaluate the suffix that differs: a 20-turn history costs seconds to prefill
+cold and a fraction of a second warm. When another call takes the context,
+the previous owner's KV sequence is saved to a byte-bounded LRU and restored
+when it speaks again.
+
+Prompts use ChatML (Qwen's format). Template markers are tokenized as special
+tokens; message text never is, so a caller cannot inject ``<|im_start|>``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, LlmUsage
+
+
+@dataclass(frozen=True)
+class _SavedState:
+    tokens: np.ndarray  # the token ids whose KV is in ``kv``
+    kv: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.kv) + self.tokens.nbytes
+
+
+class StateCache:
+    """Least-recently-used KV states per session, bounded by total bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, _SavedState] = OrderedDict()
+        self.nbytes = 0
+
+    def put(self, key: str, state: _SavedState) -> None:
+        self.pop(key)
+        if state.nbytes > self.max_bytes:
+            return
+        self._items[key] = state
+        self.nbytes += state.nbytes
+        while self.nbytes > self.max_bytes:
+            _, evicted = self._items.popitem(last=False)
+            self.nbytes -= evicted.nbytes
+
+    def pop(self, key: str) -> _SavedState | None:
+        state = self._items.pop(key, None)
+        if state is not None:
+            self.nbytes -= state.nbytes
+        return state
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _common_prefix(a: np.ndarray, b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.nonzero(a[:n] != np.asarray(b[:n], dtype=a.dtype))[0]
+    return int(diff[0]) if diff.size else n
+
+
+class LlamaLlm:
+    def __init__(
+        self,
+        model_path: Path,
+        threads: int = 2,
+        n_ctx: int = 4096,
+        n_batch: int = 256,
+        max_tokens: int = 80,
+        temperature: float = 0.3,
+        top_p: float = 0.9,
+        seed: int = 7,
+        state_cache_bytes: int = 256 << 20,
+        warmup_system_prompt: str = "You are a helpful assistant.",
+        name: str | None = None,
+    ) -> None:
+        from llama_cpp import Llama
+
+        self.model_path = model_path
+        self.name = name or f"llama.cpp:{model_path.name}"
+        self._llm = Llama(
+            model_path=str(model_path),
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=threads,
+            n_threads_batch=threads,
+            seed=seed,
+            verbose=False,
+        )
+        self.n_ctx = n_ctx
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.seed = seed
+        self._warmup_system_prompt = warmup_system_prompt
+        self.states = StateCache(state_cache_bytes)
+        self._owner: str | None = None
+        self._lock = threading.Lock()  # the context is single-threaded; belt and braces
+        self._im_start = self._special("<|im_start|>")
+        self._im_end = self._special("<|im_end|>")
+        self._newline = self._llm.tokenize(b"\n", add_bos=False, special=False)
+
+    # -- prompt -------------------------------------------------------------
+
+    def _special(self, text: str) -> list[int]:
+        return self._llm.tokenize(text.encode(), add_bos=False, special=True)
+
+    def _message_tokens(self, message: ChatMessage) -> list[int]:
+        body = self._llm.tokenize(
+            f"{message.role}\n{message.content}".encode(), add_bos=False, special=False
+        )
+        return [*self._im_start, *body, *self._im_end, *self._newline]
+
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[list[int], int]:
+        """ChatML tokens for ``messages`` plus the assistant header; drops the oldest turns
+        (never the system prompt) when the prompt and a full reply would overflow the context.
+        Returns the tokens and the number of messages dropped."""
+        header = [*self._im_start, *self._llm.tokenize(b"assistant\n", add_bos=False)]
+        system = [m for m in messages if m.role == "system"]
+        rest = [m for m in messages if m.role != "system"]
+        head = [t for m in system for t in self._message_tokens(m)]
+        pieces = [self._message_tokens(m) for m in rest]
+        budget = self.n_ctx - self.max_tokens - len(head) - len(header)
+        dropped = 0
+        while pieces and sum(map(len, pieces)) > budget:
+            pieces.pop(0)
+            dropped += 1
+        if sum(map(len, pieces)) > budget:
+            raise EngineError("the system prompt alone does not fit in the context window")
+        return [*head, *(t for p in pieces for t in p), *header], dropped
+
+    # -- per-session KV state -----------------------------------------------
+
+    def _save_current(self) -> None:
+        if self._owner is None or self._llm.n_tokens == 0:
+            return
+        ctx = self._llm._ctx.ctx
+        size = self._llm_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = self._llm_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
+        tokens = self._llm.input_ids[: self._llm.n_tokens].copy()
+        self.states.put(self._owner, _SavedState(tokens, bytes(buf[:written])))
+
+    def _restore(self, session_id: str) -> bool:
+        state = self.states.pop(session_id)
+        if state is None:
+            return False
+        ctx = self._llm._ctx.ctx
+        self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
+        if self._llm_cpp.llama_state_seq_set_data(ctx, buf, len(state.kv), 0) == 0:
+            self._llm.reset()
+            return False
+        n = len(state.tokens)
+        self._llm.input_ids[:n] = state.tokens
+        self._llm.n_tokens = n
+        return True
+
+    @property
+    def _llm_cpp(self):  # type: ignore[no-untyped-def]
+        import llama_cpp
+
+        return llama_cpp
+
+    def _take_context(self, session_id: str) -> bool:
+        """Make the context hold ``session_id``'s state; True if a saved state was restored."""
+        if self._owner == session_id:
+            return False
+        self._save_current()
+        restored = self._restore(session_id)
+        # With nothing saved, keep what is there: it shares at least the system prompt.
+        self._owner = session_id
+        return restored
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self.states.pop(session_id)
+            if self._owner == session_id:
+                self._owner = None
+
+    # -- generation ---------------------------------------------------------
+
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+    ) -> Iterator[str]:
+        with self._lock:
+            usage.state_restored = self._take_context(session_id)
+            tokens, dropped = self.prompt_tokens(messages)
+            usage.extra["dropped_messages"] = dropped
+            usage.prompt_tokens = len(tokens)
+            cached = self._llm.input_ids[: self._llm.n_tokens]
+            reused = _common_prefix(cached, tokens)
+            if reused == len(tokens):
+                reused -= 1  # llama.cpp replays one token to get fresh logits
+            usage.reused_tokens = reused
+            usage.prefill_tokens = len(tokens) - reused
+            self._llm.set_seed(self.seed)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            gen = self._llm.generate(
+                tokens,
+                temp=self.temperature,
+                top_p=self.top_p,
+                top_k=40,
+                repeat_penalty=1.1,
+                reset=True,
+            )
+            usage.finish_reason = "length"
+            try:
+                for token in gen:
+                    if cancel.cancelled:
+                        usage.finish_reason = "cancelled"
+                        break
+                    if self._llm_cpp.llama_vocab_is_eog(self._llm._model.vocab, token):
+                        usage.finish_reason = "stop"
+                        break
+                    usage.completion_tokens += 1
+                    text = decoder.decode(self._llm.detokenize([token]))
+                    if text:
+                        yield text
+                    if usage.completion_tokens >= self.max_tokens:
+                        break
+            finally:
+                gen.close()
+            tail = decoder.decode(b"", final=True)
+            if tail and usage.finish_reason != "cancelled":
+                yield tail
+
+    def warmup(self) -> None:
+        """Prefill the system prompt and sample a reply: pages the weights in, and leaves the
+        system prompt's KV in the context, where every new call's prompt starts."""
+        messages = [ChatMessage("system", self._warmup_system_prompt), ChatMessage("user", "Hi")]
+        for _ in self.stream("__warmup__", messages, CancelToken(), LlmUsage()):
+            pass
+        self.forget("__warmup__")

@@ -1,0 +1,90 @@
+"""Build the embedded engines from the config and warm each one up."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from voxpipe.config import Config
+from voxpipe.engines.base import Engines
+from voxpipe.engines.model_files import ensure_qwen, verify_file
+
+log = logging.getLogger("voxpipe.engines")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    stage: str
+    engine: str
+    path: Path
+    threads: int
+
+
+def llm_model_path(config: Config) -> Path:
+    if config.llm.model_path is not None:
+        return verify_file(config.llm.model_path)
+    return ensure_qwen(config.llm.cache_dir)
+
+
+def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
+    """Which model each stage uses and where it lives (``voxpipe models``)."""
+    from voxpipe.engines import piper_tts, silero_vad, whisper_stt
+    from voxpipe.engines.model_files import QWEN_FILE
+
+    llm_path = (
+        llm_model_path(config)
+        if assemble
+        else (config.llm.model_path or config.llm.cache_dir / QWEN_FILE)
+    )
+    return [
+        ModelInfo("vad", "silero-vad-v6 (onnxruntime)",
+                  config.vad.model_path or silero_vad.default_model_path(), config.vad.threads),
+        ModelInfo("stt", f"faster-whisper {config.stt.compute_type}",
+                  config.stt.model_path or whisper_stt.default_model_path(), config.stt.threads),
+        ModelInfo("llm", "llama-cpp-python", llm_path, config.llm.threads),
+        ModelInfo("tts", "piper (onnxruntime)",
+                  config.tts.model_path or piper_tts.default_model_path(), config.tts.threads),
+    ]  # fmt: skip
+
+
+def load_engines(config: Config, warm: bool = True) -> Engines:
+    """Load all four models and run one warm-up inference on each."""
+    from voxpipe.engines.llama_llm import LlamaLlm
+    from voxpipe.engines.piper_tts import PiperTts
+    from voxpipe.engines.silero_vad import SileroVad
+    from voxpipe.engines.whisper_stt import WhisperStt
+
+    t0 = time.monotonic()
+    engines = Engines(
+        vad=SileroVad(config.vad.model_path, threads=config.vad.threads),
+        stt=WhisperStt(
+            config.stt.model_path,
+            compute_type=config.stt.compute_type,
+            threads=config.stt.threads,
+            language=config.stt.language,
+            beam_size=config.stt.beam_size,
+        ),
+        llm=LlamaLlm(
+            llm_model_path(config),
+            threads=config.llm.threads,
+            n_ctx=config.llm.n_ctx,
+            n_batch=config.llm.n_batch,
+            max_tokens=config.llm.max_tokens,
+            temperature=config.llm.temperature,
+            top_p=config.llm.top_p,
+            seed=config.llm.seed,
+            state_cache_bytes=config.llm.state_cache_mb << 20,
+            warmup_system_prompt=config.llm.system_prompt,
+        ),
+        tts=PiperTts(config.tts.model_path, threads=config.tts.threads,
+                     length_scale=config.tts.length_scale),
+    )  # fmt: skip
+    log.info("models loaded in %.1f s", time.monotonic() - t0)
+    if warm:
+        for engine in (engines.vad, engines.stt, engines.llm, engines.tts):
+            t = time.monotonic()
+            engine.warmup()
+            log.info("warmed %s in %.2f s", engine.name, time.monotonic() - t)
+    return engines

@@ -1,0 +1,171 @@
+"""Run engine work off the event loop, one worker thread per engine.
+
+Why one thread per engine: each engine already uses its own intra-op threads
+(the budget in the config), so a second concurrent job on the same engine
+would only oversubscribe the two cores and make both jobs slower. Jobs wait
+in a bounded queue; the wait is measured apart from the compute, and a job
+that finds the queue full is rejected at once (:class:`EngineBusy`) rather
+than joining an unbounded line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, cast
+
+T = TypeVar("T")
+
+
+class EngineBusy(RuntimeError):
+    """The engine's queue is full; the caller should degrade or refuse."""
+
+
+class JobObserver(Protocol):
+    def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None: ...
+
+    def set_queue_depth(self, engine: str, depth: int) -> None: ...
+
+
+@dataclass
+class JobClock:
+    """Monotonic timestamps of one job, in nanoseconds (0 = not yet)."""
+
+    queued_ns: int = 0
+    started_ns: int = 0
+    first_item_ns: int = 0
+    finished_ns: int = 0
+
+    @property
+    def queue_s(self) -> float:
+        return max(0, self.started_ns - self.queued_ns) / 1e9
+
+    @property
+    def compute_s(self) -> float:
+        return max(0, self.finished_ns - self.started_ns) / 1e9
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+class EngineRunner:
+    def __init__(self, name: str, max_queue: int = 16, observer: JobObserver | None = None) -> None:
+        self.name = name
+        self.max_queue = max_queue
+        self._observer = observer
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{name}")
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._pending
+
+    def _admit(self) -> None:
+        with self._lock:
+            if self._pending >= self.max_queue:
+                raise EngineBusy(f"{self.name} queue is full ({self.max_queue} jobs waiting)")
+            self._pending += 1
+            depth = self._pending
+        if self._observer:
+            self._observer.set_queue_depth(self.name, depth)
+
+    def _start(self, clock: JobClock) -> None:
+        clock.started_ns = time.monotonic_ns()
+        with self._lock:
+            self._pending -= 1
+            depth = self._pending
+        if self._observer:
+            self._observer.set_queue_depth(self.name, depth)
+
+    def _finish(self, clock: JobClock) -> None:
+        clock.finished_ns = time.monotonic_ns()
+        if self._observer:
+            self._observer.observe_job(self.name, clock.queue_s, clock.compute_s)
+
+    async def call(self, fn: Callable[[], T], clock: JobClock | None = None) -> T:
+        """Run ``fn`` on the engine's thread and return its result."""
+        clock = clock or JobClock()
+        self._admit()
+        clock.queued_ns = time.monotonic_ns()
+
+        def job() -> T:
+            self._start(clock)
+            try:
+                return fn()
+            finally:
+                self._finish(clock)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+
+    async def stream(
+        self,
+        produce: Callable[[], Iterator[T]],
+        clock: JobClock | None = None,
+        max_buffered: int = 64,
+    ) -> AsyncGenerator[T, None]:
+        """Iterate ``produce()`` on the engine's thread, yielding its items here.
+
+        At most ``max_buffered`` items wait between the thread and the reader;
+        past that the thread waits. When the reader stops early (break, cancel)
+        the thread stops at its next item and this generator waits for it, so
+        no work outlives the reader.
+        """
+        clock = clock or JobClock()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue(max_buffered)
+        stop = threading.Event()
+
+        def push(item: object) -> bool:
+            fut = asyncio.run_coroutine_threadsafe(queue.put(item), loop)
+            while True:
+                try:
+                    fut.result(timeout=0.05)
+                    return True
+                except TimeoutError:
+                    if stop.is_set():
+                        fut.cancel()
+                        return False
+
+        def job() -> None:
+            self._start(clock)
+            outcome: object = _DONE
+            try:
+                for item in produce():
+                    if clock.first_item_ns == 0:
+                        clock.first_item_ns = time.monotonic_ns()
+                    if stop.is_set() or not push(item):
+                        break
+            except BaseException as error:  # handed to the reader
+                outcome = _Failure(error)
+            finally:
+                self._finish(clock)
+            if not stop.is_set():
+                push(outcome)
+
+        self._admit()
+        clock.queued_ns = time.monotonic_ns()
+        worker = loop.run_in_executor(self._executor, job)
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield cast(T, item)
+        finally:
+            stop.set()
+            await asyncio.shield(worker)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,65 @@
+"""Silero VAD v6 (the ONNX file that ships inside faster-whisper) on onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+
+WINDOW = 512  # 32 ms at 16 kHz, the window Silero v6 was trained on
+CONTEXT = 64  # samples of the previous window the model sees in front of each window
+
+
+def default_model_path() -> Path:
+    import faster_whisper
+
+    return Path(faster_whisper.__file__).parent / "assets" / "silero_vad_v6.onnx"
+
+
+class SileroVadStream:
+    """Recurrent state of one call: LSTM state, the last 64 samples, and a partial window."""
+
+    def __init__(self, session: onnxruntime.InferenceSession) -> None:
+        self._session = session
+        self._state_h = np.zeros((1, 1, 128), dtype=np.float32)
+        self._state_c = np.zeros((1, 1, 128), dtype=np.float32)
+        self._context = np.zeros(CONTEXT, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def process(self, audio: np.ndarray) -> list[float]:
+        buf = np.concatenate([self._pending, audio.astype(np.float32, copy=False)])
+        n = buf.shape[0] // WINDOW
+        self._pending = buf[n * WINDOW :]
+        probs: list[float] = []
+        for i in range(n):
+            window = buf[i * WINDOW : (i + 1) * WINDOW]
+            x = np.concatenate([self._context, window])[None, :]
+            out, self._state_h, self._state_c = self._session.run(
+                None, {"input": x, "h": self._state_h, "c": self._state_c}
+            )
+            self._context = window[-CONTEXT:]
+            probs.append(float(np.asarray(out).reshape(-1)[0]))
+        return probs
+
+
+class SileroVad:
+    name = "silero-vad-v6"
+    sample_rate = 16000
+    window_samples = WINDOW
+
+    def __init__(self, model_path: Path | None = None, threads: int = 1) -> None:
+        self.model_path = model_path or default_model_path()
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        self._session = onnxruntime.InferenceSession(
+            str(self.model_path), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+
+    def new_stream(self) -> SileroVadStream:
+        return SileroVadStream(self._session)
+
+    def warmup(self) -> None:
+        self.new_stream().process(np.zeros(WINDOW * 4, dtype=np.float32))

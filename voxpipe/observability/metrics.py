@@ -1,0 +1,84 @@
+"""Prometheus metrics, one registry per server so tests can run several."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from voxpipe.observability.timeline import STAGES, TurnTimeline
+
+_LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0,
+    1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0,
+)  # fmt: skip
+_TOKEN_BUCKETS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.stage = Histogram(
+            "voxpipe_turn_stage_seconds",
+            "Time from the end of the caller's speech to each stage of the turn.",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.voice_to_voice = Histogram(
+            "voxpipe_voice_to_voice_seconds",
+            "End of the caller's speech to the first reply audio frame sent (server side).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_queue = Histogram(
+            "voxpipe_engine_queue_seconds",
+            "Time a job waited for its engine's thread.",
+            ["engine"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_compute = Histogram(
+            "voxpipe_engine_compute_seconds",
+            "Time a job ran on its engine's thread.",
+            ["engine"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "voxpipe_engine_queue_depth", "Jobs waiting per engine.", ["engine"], registry=r
+        )
+        self.prefill_tokens = Histogram(
+            "voxpipe_llm_prefill_tokens",
+            "Prompt tokens evaluated per turn (the rest came from the reused KV cache).",
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.active_sessions = Gauge("voxpipe_active_sessions", "Open calls.", registry=r)
+        self.turns = Counter("voxpipe_turns_total", "Turns by outcome.", ["status"], registry=r)
+        self.errors = Counter(
+            "voxpipe_errors_total", "Error events sent to clients.", ["code"], registry=r
+        )
+        self.ready = Gauge("voxpipe_ready", "1 once all models are loaded and warm.", registry=r)
+
+    def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
+        self.engine_queue.labels(engine).observe(queue_s)
+        self.engine_compute.labels(engine).observe(compute_s)
+
+    def set_queue_depth(self, engine: str, depth: int) -> None:
+        self.queue_depth.labels(engine).set(depth)
+
+    def observe_turn(self, timeline: TurnTimeline, status: str) -> None:
+        self.turns.labels(status).inc()
+        offsets = timeline.offsets_ms()
+        for stage in STAGES[1:]:
+            if stage in offsets:
+                self.stage.labels(stage).observe(offsets[stage] / 1000)
+        v2v = timeline.voice_to_voice_ms()
+        if v2v is not None:
+            self.voice_to_voice.observe(v2v / 1000)
+        prefill = timeline.counters.get("llm", {}).get("prefill_tokens")
+        if prefill is not None:
+            self.prefill_tokens.observe(prefill)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

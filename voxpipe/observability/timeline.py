@@ -1,0 +1,62 @@
+"""Monotonic stage timestamps of one turn, from the caller's last word to the reply's end."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# The order a turn passes through; every recorded stage is at or after the one before.
+STAGES: tuple[str, ...] = (
+    "speech_end",  # arrival of the last audio sample of the caller's speech (sample clock)
+    "eot",  # end of turn decided (silence lasted silence_ms)
+    "stt_done",
+    "llm_request",
+    "llm_first_token",
+    "first_clause",
+    "tts_first_chunk",
+    "first_audio_sent",
+    "response_done",
+)
+
+
+@dataclass
+class TurnTimeline:
+    turn_id: int
+    marks_ns: dict[str, int] = field(default_factory=dict)
+    compute_s: dict[str, float] = field(default_factory=dict)
+    queue_s: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, Any] = field(default_factory=dict)
+
+    def mark(self, stage: str, at_ns: int | None = None) -> None:
+        """Record ``stage`` once (the first time wins)."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}")
+        self.marks_ns.setdefault(stage, at_ns if at_ns is not None else time.monotonic_ns())
+
+    def has(self, stage: str) -> bool:
+        return stage in self.marks_ns
+
+    def offsets_ms(self) -> dict[str, float]:
+        """Each recorded stage in ms after ``speech_end`` (or after the first mark)."""
+        if not self.marks_ns:
+            return {}
+        origin = self.marks_ns.get("speech_end", min(self.marks_ns.values()))
+        return {
+            s: round((self.marks_ns[s] - origin) / 1e6, 3) for s in STAGES if s in self.marks_ns
+        }
+
+    def voice_to_voice_ms(self) -> float | None:
+        if "speech_end" in self.marks_ns and "first_audio_sent" in self.marks_ns:
+            return round((self.marks_ns["first_audio_sent"] - self.marks_ns["speech_end"]) / 1e6, 3)
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "turn_id": self.turn_id,
+            "stages_ms": self.offsets_ms(),
+            "voice_to_voice_ms": self.voice_to_voice_ms(),
+            "compute_ms": {k: round(v * 1000, 3) for k, v in self.compute_s.items()},
+            "queue_ms": {k: round(v * 1000, 3) for k, v in self.queue_s.items()},
+            **self.counters,
+        }

@@ -1,0 +1,128 @@
+"""The ASGI app: health, readiness, metrics and the voice endpoint.
+
+Models load in the background after the process starts, so ``/healthz``
+(liveness) answers at once while ``/readyz`` stays 503 until every engine has
+loaded *and* run a warm-up inference. Calls that arrive before that are told
+``server_not_ready``: no caller ever meets a cold model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from voxpipe.config import Config
+from voxpipe.conversation.session import Runners, Services
+from voxpipe.engines.base import Engines
+from voxpipe.engines.loader import load_engines
+from voxpipe.engines.runner import EngineRunner
+from voxpipe.observability.metrics import Metrics
+from voxpipe.observability.turn_log import TurnLog
+from voxpipe.transports.native import NativeConnection, refuse_not_ready
+
+log = logging.getLogger("voxpipe.server")
+
+EngineFactory = Callable[[Config], Engines]
+
+
+class ServerState:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.services: Services | None = None
+        self.load_error: str | None = None
+        self.on_ready: list[Callable[[], None]] = []
+
+    @property
+    def ready(self) -> bool:
+        return self.services is not None
+
+    def install(self, engines: Engines) -> None:
+        runners = Runners(
+            *(EngineRunner(name, observer=self.metrics) for name in ("vad", "stt", "llm", "tts"))
+        )
+        self.services = Services(
+            config=self.config,
+            engines=engines,
+            runners=runners,
+            metrics=self.metrics,
+            turn_log=TurnLog(self.config.server.turn_log_path),
+        )
+        self.metrics.ready.set(1)
+        for callback in self.on_ready:
+            callback()
+
+
+def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> Starlette:
+    state = ServerState(config)
+
+    async def load() -> None:
+        try:
+            engines = await asyncio.to_thread(engine_factory, config)
+        except Exception as exc:  # reported on /readyz and in the log; the process stays alive
+            log.exception("model loading failed")
+            state.load_error = f"{type(exc).__name__}: {exc}"
+            return
+        state.install(engines)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loader = asyncio.create_task(load(), name="load-models")
+        try:
+            yield
+        finally:
+            loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await loader
+            if state.services is not None:
+                state.services.runners.close()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(request: Request) -> Response:
+        if state.ready:
+            return JSONResponse({"status": "ready"})
+        body = {"status": "failed" if state.load_error else "loading", "error": state.load_error}
+        return JSONResponse(body, status_code=503)
+
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def index(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "service": "voxpipe",
+                "ready": state.ready,
+                "voice": str(request.url.replace(scheme="ws", path="/v1/voice", query="")),
+                "docs": "docs/protocol.md",
+            }
+        )
+
+    async def voice(ws: WebSocket) -> None:
+        services = state.services
+        if services is None:
+            await refuse_not_ready(ws)
+            return
+        await NativeConnection(ws, services).run()
+
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics),
+            WebSocketRoute("/v1/voice", voice),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.voxpipe = state
+    return app
