@@ -112,6 +112,11 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.markdown:
+        from voxpipe.config import markdown_reference
+
+        print(markdown_reference(), end="")
+        return 0
     print(json.dumps(_config(args).model_dump(mode="json"), indent=2))
     return 0
 
@@ -146,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="print the configuration in force")
     config.add_argument("--config", type=Path)
+    config.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
     config.set_defaults(func=cmd_config)
 
     bench = sub.add_parser("bench", help="latency benchmark over a scripted spoken conversation")

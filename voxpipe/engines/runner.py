@@ -112,13 +112,17 @@ class EngineRunner:
         produce: Callable[[], Iterator[T]],
         clock: JobClock | None = None,
         max_buffered: int = 64,
+        gate: threading.Event | None = None,
+        max_hold_s: float = 1.0,
     ) -> AsyncGenerator[T, None]:
         """Iterate ``produce()`` on the engine's thread, yielding its items here.
 
         At most ``max_buffered`` items wait between the thread and the reader;
         past that the thread waits. When the reader stops early (break, cancel)
         the thread stops at its next item and this generator waits for it, so
-        no work outlives the reader.
+        no work outlives the reader. While ``gate`` is clear the thread does not
+        pull the next item (for up to ``max_hold_s`` each time): this is how a
+        more urgent job on another engine gets the cores.
         """
         clock = clock or JobClock()
         loop = asyncio.get_running_loop()
@@ -140,7 +144,13 @@ class EngineRunner:
             self._start(clock)
             outcome: object = _DONE
             try:
-                for item in produce():
+                items = iter(produce())
+                while True:
+                    if gate is not None and not gate.is_set():
+                        gate.wait(max_hold_s)
+                    item = next(items, _DONE)
+                    if item is _DONE:
+                        break
                     if clock.first_item_ns == 0:
                         clock.first_item_ns = time.monotonic_ns()
                     if stop.is_set() or not push(item):
