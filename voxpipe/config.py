@@ -196,7 +196,7 @@ def markdown_reference() -> str:
     lines = [
         "# Configuration",
         "",
-        "Generated from `voxpipe/config.py` by `voxpipe config --markdown`; a test keeps it in sync.",
+        "Generated from `voxpipe/config.py` by `voxpipe config --markdown`; a test keeps it so.",
         "",
         "Set a field with an environment variable `VOXPIPE_<SECTION>__<FIELD>` (for example",
         "`VOXPIPE_TURN__SILENCE_MS=400`) or a JSON file passed as `--config FILE` or",
