@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -42,6 +42,8 @@ class TurnConfig(BaseModel):
     )
     release_threshold: float | None = Field(
         None,
+        gt=0.0,
+        lt=1.0,
         description="Probability below which a window counts as silence (default threshold-0.15).",
     )
     min_speech_ms: int = Field(
@@ -52,6 +54,12 @@ class TurnConfig(BaseModel):
     )
     silence_ms: int = Field(500, ge=32, le=5000, description="Silence that ends the user's turn.")
     max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
+
+    @model_validator(mode="after")
+    def _release_below_threshold(self) -> TurnConfig:
+        if self.release_threshold is not None and self.release_threshold > self.threshold:
+            raise ValueError("release_threshold must not exceed threshold")
+        return self
 
 
 class SttConfig(BaseModel):

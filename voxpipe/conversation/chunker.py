@@ -41,21 +41,18 @@ class ClauseChunker:
         return [rest] if _speakable(rest) else []
 
     def _next_clause(self) -> str | None:
+        """Cut at the earliest eligible boundary, so the clauses do not depend on how the
+        text arrived (token by token or in one piece)."""
         buf = self._buffer
+        limit = self.cfg.max_chars
         min_clause = self.cfg.min_first_chars if self._emitted == 0 else self.cfg.min_chars
-        cut = None
-        for m in _SENTENCE_END.finditer(buf):
-            if m.end() >= min(min_clause, self.cfg.min_first_chars):
-                cut = m.end()
-                break
-        if cut is None:
-            for m in _CLAUSE_END.finditer(buf):
-                if m.end() >= min_clause:
-                    cut = m.end()
-                    break
-        if cut is None and len(buf) > self.cfg.max_chars:
-            space = buf.rfind(" ", 0, self.cfg.max_chars)
-            cut = space if space > 0 else self.cfg.max_chars
+        ends = [m.end() for m in _SENTENCE_END.finditer(buf) if m.end() >= self.cfg.min_first_chars]
+        ends += [m.end() for m in _CLAUSE_END.finditer(buf) if m.end() >= min_clause]
+        ends = [e for e in ends if e <= limit]
+        cut = min(ends) if ends else None
+        if cut is None and len(buf) > limit:
+            space = buf.rfind(" ", 0, limit)
+            cut = space if space > 0 else limit
         if cut is None:
             return None
         clause, self._buffer = clean_for_speech(buf[:cut]), buf[cut:].lstrip()

@@ -158,7 +158,8 @@ class Session:
             if event.kind is TurnEventKind.SPEECH_STARTED:
                 await self._send_event(SpeechStarted(round(audio_ms, 1)))
             elif event.audio is not None:
-                self._start_reply(event.audio, self._arrival_of(event.sample), audio_ms)
+                await self._send_event(SpeechStopped(round(audio_ms, 1), self._turn_ids + 1))
+                self._start_reply(event.audio, self._arrival_of(event.sample))
 
     def update_turn_config(self, turn_config: TurnConfig) -> None:
         """New end-pointing settings; a turn already in speech finishes under the old ones."""
@@ -171,7 +172,7 @@ class Session:
                 return arrived
         return time.monotonic_ns()
 
-    def _start_reply(self, audio: np.ndarray, speech_end_ns: int, audio_ms: float) -> None:
+    def _start_reply(self, audio: np.ndarray, speech_end_ns: int) -> None:
         self._turn_ids += 1
         timeline = TurnTimeline(self._turn_ids)
         timeline.mark("speech_end", speech_end_ns)
@@ -180,7 +181,7 @@ class Session:
         cancel = CancelToken()
         self._reply_cancel = cancel
         self._reply = asyncio.create_task(
-            self._reply_to(timeline, audio, audio_ms, cancel, previous, previous_cancel),
+            self._reply_to(timeline, audio, cancel, previous, previous_cancel),
             name=f"reply-{self.id}-{self._turn_ids}",
         )
 
@@ -190,7 +191,6 @@ class Session:
         self,
         tl: TurnTimeline,
         audio: np.ndarray,
-        audio_ms: float,
         cancel: CancelToken,
         previous: asyncio.Task[None] | None,
         previous_cancel: CancelToken | None,
@@ -200,7 +200,6 @@ class Session:
             assert previous_cancel is not None
             previous_cancel.cancel()
             await asyncio.gather(previous, return_exceptions=True)
-        await self._send_event(SpeechStopped(round(audio_ms, 1), turn_id))
         reply = _ReplyState()
         status, reason = "completed", ""
         try:
@@ -247,6 +246,7 @@ class Session:
         # and the LLM (already ahead of speech) would otherwise take both cores from the TTS.
         llm_gate = threading.Event()
         llm_gate.set()
+        cancel.on_cancel(llm_gate.set)
         turn_id = tl.turn_id
         messages = self.history.messages()
 

@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
 
@@ -76,27 +76,50 @@ class EngineRunner:
                 raise EngineBusy(f"{self.name} queue is full ({self.max_queue} jobs waiting)")
             self._pending += 1
             depth = self._pending
+        self._report_depth(depth)
+
+    def _leave_queue(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            depth = self._pending
+        self._report_depth(depth)
+
+    def _report_depth(self, depth: int) -> None:
         if self._observer:
             self._observer.set_queue_depth(self.name, depth)
 
     def _start(self, clock: JobClock) -> None:
         clock.started_ns = time.monotonic_ns()
-        with self._lock:
-            self._pending -= 1
-            depth = self._pending
-        if self._observer:
-            self._observer.set_queue_depth(self.name, depth)
+        self._leave_queue()
 
     def _finish(self, clock: JobClock) -> None:
         clock.finished_ns = time.monotonic_ns()
         if self._observer:
             self._observer.observe_job(self.name, clock.queue_s, clock.compute_s)
 
+    def _enqueue(self, job: Callable[[], T], clock: JobClock) -> Future[T]:
+        """Admit ``job`` (or raise :class:`EngineBusy`) and hand it to the engine's thread."""
+        self._admit()
+        clock.queued_ns = time.monotonic_ns()
+        future = self._executor.submit(job)
+        future.add_done_callback(lambda f: self._leave_queue() if f.cancelled() else None)
+        return future
+
+    @staticmethod
+    async def _wait(future: Future[T]) -> T:
+        """Await a job; if the caller gives up, a queued job is dropped and a started one
+        is waited for, so no work outlives its caller."""
+        wrapped = asyncio.wrap_future(future)
+        try:
+            return await asyncio.shield(wrapped)
+        except asyncio.CancelledError:
+            if not future.cancel():  # already running: let it finish before we go
+                await asyncio.gather(wrapped, return_exceptions=True)
+            raise
+
     async def call(self, fn: Callable[[], T], clock: JobClock | None = None) -> T:
         """Run ``fn`` on the engine's thread and return its result."""
         clock = clock or JobClock()
-        self._admit()
-        clock.queued_ns = time.monotonic_ns()
 
         def job() -> T:
             self._start(clock)
@@ -105,7 +128,7 @@ class EngineRunner:
             finally:
                 self._finish(clock)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+        return await self._wait(self._enqueue(job, clock))
 
     async def stream(
         self,
@@ -140,14 +163,26 @@ class EngineRunner:
                         fut.cancel()
                         return False
 
+        def hold() -> None:
+            """Wait while the gate is clear, in short slices that also watch ``stop``."""
+            deadline = time.monotonic() + max_hold_s
+            while gate is not None and not gate.is_set() and not stop.is_set():
+                if time.monotonic() >= deadline:
+                    return
+                gate.wait(0.01)
+
         def job() -> None:
             self._start(clock)
             outcome: object = _DONE
+            if stop.is_set():  # the reader left while we were queued: do no work
+                self._finish(clock)
+                return
             try:
                 items = iter(produce())
                 while True:
-                    if gate is not None and not gate.is_set():
-                        gate.wait(max_hold_s)
+                    hold()
+                    if stop.is_set():
+                        break
                     item = next(items, _DONE)
                     if item is _DONE:
                         break
@@ -162,9 +197,10 @@ class EngineRunner:
             if not stop.is_set():
                 push(outcome)
 
-        self._admit()
-        clock.queued_ns = time.monotonic_ns()
-        worker = loop.run_in_executor(self._executor, job)
+        future = self._enqueue(job, clock)
+        future.add_done_callback(
+            lambda f: loop.call_soon_threadsafe(queue.put_nowait, _DONE) if f.cancelled() else None
+        )
         try:
             while True:
                 item = await queue.get()
@@ -175,7 +211,7 @@ class EngineRunner:
                 yield cast(T, item)
         finally:
             stop.set()
-            await asyncio.shield(worker)
+            await asyncio.gather(self._wait(future), return_exceptions=True)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

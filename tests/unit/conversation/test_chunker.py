@@ -1,0 +1,137 @@
+"""ClauseChunker: where the streamed reply text is cut into clauses for TTS."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable
+
+import pytest
+
+from voxpipe.config import ChunkerConfig
+from voxpipe.conversation.chunker import ClauseChunker, clean_for_speech
+
+CFG = ChunkerConfig()  # min_first_chars=8, min_chars=40, max_chars=160
+
+
+def stream(deltas: Iterable[str], cfg: ChunkerConfig = CFG) -> list[str]:
+    chunker = ClauseChunker(cfg)
+    out: list[str] = []
+    for delta in deltas:
+        out += chunker.push(delta)
+    return out + chunker.flush()
+
+
+def tokens(text: str) -> list[str]:
+    """Split like an LLM tokenizer does: words with their leading space, punctuation apart."""
+    return re.findall(r" ?\w+|[^\w ]+| ", text)
+
+
+def test_first_clause_is_released_at_the_first_comma() -> None:
+    chunker = ClauseChunker(CFG)
+    out: list[str] = []
+    for token in tokens("Sure thing, I can help you with that"):
+        out += chunker.push(token)
+        if out:
+            break
+    # Released as soon as the space after the comma arrives: the caller hears audio early.
+    assert out == ["Sure thing,"]
+
+
+def test_a_comma_before_min_first_chars_does_not_end_the_first_clause() -> None:
+    assert stream(tokens("Hi, there, my friend. Bye")) == ["Hi, there,", "my friend.", "Bye"]
+    assert stream(tokens("Oh, I see. Bye")) == ["Oh, I see.", "Bye"]
+
+
+def test_later_clauses_prefer_sentence_ends() -> None:
+    text = (
+        "Sure, I think so, but let me check. "
+        "Your appointment is on Monday at nine in the morning, and it lasts an hour. Bye"
+    )
+    assert stream(tokens(text)) == [
+        "Sure, I think so,",  # the first clause: the first comma past 8 characters
+        "but let me check.",  # a short comma is no cut once the first clause is out
+        "Your appointment is on Monday at nine in the morning,",  # past 40 characters: cut
+        "and it lasts an hour.",
+        "Bye",
+    ]
+
+
+def test_sentence_ends_with_closing_quotes_and_ellipses() -> None:
+    assert stream(tokens('He said "no way!" Then, well… nothing.')) == [
+        'He said "no way!"',
+        "Then, well…",
+        "nothing.",
+    ]
+
+
+def test_max_chars_forces_a_cut_at_a_space() -> None:
+    cfg = ChunkerConfig(max_chars=20)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    clauses = stream(tokens(" ".join(words)), cfg)
+    assert clauses[0] == "alpha beta gamma"
+    assert all(len(c) <= 20 for c in clauses), clauses
+    assert " ".join(clauses).split() == words  # no word split or lost
+
+
+def test_max_chars_cuts_a_word_with_no_space_at_all() -> None:
+    cfg = ChunkerConfig(max_chars=20)
+    assert stream(["x" * 45], cfg) == ["x" * 20, "x" * 20, "x" * 5]
+
+
+def test_markdown_is_stripped() -> None:
+    text = "**Sure**, here is `code` and [the docs](http://example.com/a_b). # Done _now_"
+    clauses = stream(tokens(text))
+    assert clauses == ["Sure,", "here is code and the docs.", "Done now"]
+    assert clean_for_speech("> *a*  __b__\n\n~~c~~ | d") == "a b c d"
+
+
+def test_unspeakable_clauses_are_skipped() -> None:
+    # "*** ... !!!" is a sentence to the regex but has nothing to say: it is dropped.
+    assert stream(tokens("Well then, *** ... !!! Right. ok")) == ["Well then,", "Right. ok"]
+    assert stream(["*** "]) == []
+
+
+def test_flush_returns_the_remainder_once() -> None:
+    chunker = ClauseChunker(CFG)
+    assert chunker.push("Okay then, so the answer is forty") == ["Okay then,"]
+    assert chunker.flush() == ["so the answer is forty"]
+    assert chunker.flush() == []
+    assert ClauseChunker(CFG).flush() == []
+
+
+TEXTS = [
+    "Well, hello there. How are you today, my friend? I am fine.",
+    "The meeting is at ten. Please bring the report and the slides for the review. Thanks!",
+    "Absolutely. " + "word " * 50 + "end.",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_any_streaming_split_gives_the_same_clauses(text: str) -> None:
+    by_char = stream(text)
+    assert stream(tokens(text)) == by_char
+    rng = random.Random(7)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(text)), 6))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        assert stream(pieces) == by_char
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_stream_gives_the_same_clauses_as_one_push(text: str) -> None:
+    assert stream(tokens(text)) == stream([text])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sure thing, I can help you with that. Anything else?",
+        "word " * 40 + "end. ok",
+    ],
+    ids=["comma-before-sentence-end", "sentence-end-past-max-chars"],
+)
+def test_one_push_with_a_comma_or_long_run_before_the_sentence_end(text: str) -> None:
+    one = stream([text])
+    assert one == stream(tokens(text))
+    assert all(len(c) <= CFG.max_chars for c in one)
