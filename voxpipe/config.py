@@ -54,11 +54,32 @@ class TurnConfig(BaseModel):
     )
     silence_ms: int = Field(500, ge=32, le=5000, description="Silence that ends the user's turn.")
     max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
+    interrupt: bool = Field(
+        True,
+        description="Barge-in: caller speech during a reply stops it. Off: the reply plays out "
+        "and the caller's turn is answered after it.",
+    )
+    min_interruption_ms: int = Field(
+        250,
+        ge=0,
+        le=3000,
+        description="Speech during a reply must last this long to interrupt it; shorter speech "
+        "(a backchannel such as 'uh-huh', a cough) only pauses the reply and is not a turn.",
+    )
+    preempt_ms: int | None = Field(
+        200,
+        ge=32,
+        le=5000,
+        description="After this much silence, start STT, LLM and TTS on the turn so far, held "
+        "back until the turn ends (discarded if speech resumes). None = off.",
+    )
 
     @model_validator(mode="after")
     def _release_below_threshold(self) -> TurnConfig:
         if self.release_threshold is not None and self.release_threshold > self.threshold:
             raise ValueError("release_threshold must not exceed threshold")
+        if self.preempt_ms is not None and self.preempt_ms >= self.silence_ms:
+            self.preempt_ms = None  # the turn ends first: nothing to preempt
         return self
 
 
@@ -94,6 +115,15 @@ class LlmConfig(BaseModel):
         "You are Vox, a friendly voice assistant on a phone call. Reply in one or two short "
         "spoken sentences. Never use lists, code, markdown or emoji.",
         description="First message of every conversation.",
+    )
+    summarize_after_tokens: int = Field(
+        1800,
+        ge=0,
+        description="When the prompt passes this many tokens, older turns are condensed into a "
+        "summary by the LLM after the reply, off the critical path. 0 = never.",
+    )
+    keep_recent_messages: int = Field(
+        6, ge=2, description="Messages kept verbatim when the history is summarized."
     )
     state_cache_mb: int = Field(
         256, ge=0, description="Bound of the LRU of saved per-session KV states, in MiB."

@@ -1,10 +1,16 @@
-"""A caller for the native protocol: streams audio at real-time pace, like a phone.
+"""A caller for the native protocol that behaves like a phone line.
 
-Used by ``voxpipe call``, the benchmark and the end-to-end tests. It keeps
-sending silence after the speech (a real line never goes quiet), so the
-server's end-pointing sees the pause, and it measures voice-to-voice latency
-the way the caller feels it: from the moment the last speech sample left
-until the first reply audio byte arrived.
+Used by ``voxpipe call``, the benchmarks and the end-to-end tests. Once
+connected it sends a 20 ms frame every 20 ms for as long as the call lasts:
+speech when something was said, silence otherwise, so the server's
+end-pointing hears real pauses and a caller can talk over the agent. It also
+plays the reply the way a client would: frames go into a playback buffer that
+drains in real time, ``playback.clear`` empties it, and ``playback.ack``
+reports (optional) tell the server what was heard.
+
+Voice-to-voice latency is measured as the caller feels it: from the moment
+the frame holding the last speech sample left until the first reply audio
+byte arrived.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import contextlib
 import json
 import struct
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +48,7 @@ def speech_end_sample(audio: np.ndarray, rate: int, floor_db: float = 35.0) -> i
 
 @dataclass
 class TurnResult:
+    turn_id: int = 0
     transcript: str = ""
     reply: str = ""
     status: str = ""
@@ -47,9 +56,10 @@ class TurnResult:
     seqs: list[int] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    done: dict[str, Any] = field(default_factory=dict)
     speech_end_sent_ns: int = 0
     first_audio_ns: int = 0
-    turn_id: int = 0
+    complete: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def voice_to_voice_ms(self) -> float | None:
@@ -58,26 +68,77 @@ class TurnResult:
         return None
 
 
+@dataclass
+class Utterance:
+    """Speech queued on the line; ``speech_end_sent_ns`` is set when its last word has left."""
+
+    frames: int
+    speech_end_frame: int
+    speech_end_sent_ns: int = 0
+    sent: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class _Playback:
+    """The client's speaker: a buffer of frames drained in real time."""
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[int, float]] = deque()  # (seq, duration_s)
+        self.ends_at = 0.0  # monotonic time the last buffered frame finishes playing
+        self.played_seq = 0
+
+    def add(self, seq: int, duration_s: float) -> None:
+        now = time.monotonic()
+        self.ends_at = max(self.ends_at, now) + duration_s
+        self.queue.append((seq, self.ends_at))
+
+    def advance(self) -> int:
+        now = time.monotonic()
+        while self.queue and self.queue[0][1] <= now:
+            self.played_seq = self.queue.popleft()[0]
+        return self.played_seq
+
+    def clear(self) -> None:
+        self.advance()
+        self.queue.clear()
+        self.ends_at = time.monotonic()
+
+    @property
+    def buffered_s(self) -> float:
+        return max(0.0, self.ends_at - time.monotonic())
+
+
 class NativeClient:
-    def __init__(self, url: str, frame_ms: int = 20, input_rate: int = 16000) -> None:
+    def __init__(
+        self, url: str, frame_ms: int = 20, input_rate: int = 16000, ack_ms: int | None = None
+    ) -> None:
         self.url = url
         self.frame_ms = frame_ms
         self.input_rate = input_rate
+        self.ack_ms = ack_ms  # send playback.ack this often; None = never (server estimates)
         self.output_rate = 0
         self.session_id = ""
         self.started: dict[str, Any] = {}
-        self._ws: Any = None
-        self._reader: asyncio.Task[None] | None = None
-        self._current: TurnResult | None = None
-        self._done: asyncio.Event = asyncio.Event()
+        self.events: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
-        self.unsolicited: list[dict[str, Any]] = []
+        self.turns: dict[int, TurnResult] = {}
+        self.playback = _Playback()
+        self.audio_after_clear: list[int] = []  # seqs of a cleared turn that still arrived
+        self._ws: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._line: deque[bytes] = deque()
+        self._unsent: deque[Utterance] = deque()  # utterances whose last word is still queued
+        self._last_speech_end_ns = 0
+        self._frames_sent = 0
+        self._cleared: dict[int, int] = {}  # turn_id -> last_seq at clear
+        self._changed = asyncio.Event()
 
     async def __aenter__(self) -> NativeClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # -- connection -----------------------------------------------------------
 
     async def connect(self, **start: Any) -> dict[str, Any]:
         self._ws = await websockets.connect(self.url, max_size=4 << 20, open_timeout=30)
@@ -90,84 +151,137 @@ class NativeClient:
         self.started = started
         self.session_id = started["session_id"]
         self.output_rate = started["output_sample_rate"]
-        self._reader = asyncio.create_task(self._read())
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._send_line())]
         return started
+
+    def _turn(self, turn_id: int) -> TurnResult:
+        if turn_id not in self.turns:
+            self.turns[turn_id] = TurnResult(turn_id=turn_id)
+        return self.turns[turn_id]
 
     async def _read(self) -> None:
         async for message in self._ws:
-            turn = self._current
             if isinstance(message, bytes):
-                seq, _turn_id = AUDIO_HEADER.unpack_from(message)
-                if turn is not None:
-                    if not turn.first_audio_ns:
-                        turn.first_audio_ns = time.monotonic_ns()
-                    turn.seqs.append(seq)
-                    turn.audio += message[AUDIO_HEADER.size :]
+                seq, turn_id = AUDIO_HEADER.unpack_from(message)
+                turn = self._turn(turn_id)
+                if turn_id in self._cleared and seq > self._cleared[turn_id]:
+                    self.audio_after_clear.append(seq)
+                    continue
+                turn.first_audio_ns = turn.first_audio_ns or time.monotonic_ns()
+                turn.seqs.append(seq)
+                pcm = message[AUDIO_HEADER.size :]
+                turn.audio += pcm
+                self.playback.add(seq, len(pcm) / 2 / self.output_rate)
                 continue
             event = json.loads(message)
-            if event["type"] == "error":
-                self.errors.append(event)
-            if turn is None:
-                self.unsolicited.append(event)
-                continue
-            turn.events.append(event)
+            self.events.append(event)
             kind = event["type"]
-            if kind == "transcript":
-                turn.transcript, turn.turn_id = event["text"], event["turn_id"]
-            elif kind == "response.done":
-                turn.reply, turn.status = event["text"], event["status"]
-                if event["status"] in ("empty", "failed"):
-                    self._done.set()
-            elif kind == "turn.metrics":
-                turn.metrics = event
-                self._done.set()
+            if kind == "error":
+                self.errors.append(event)
+            turn_id = event.get("turn_id")
+            if isinstance(turn_id, int) and turn_id > 0:
+                turn = self._turn(turn_id)
+                turn.events.append(event)
+                if kind == "vad.speech_stopped":
+                    turn.speech_end_sent_ns = self._last_speech_end_ns
+                elif kind == "transcript":
+                    turn.transcript = event["text"]
+                elif kind == "playback.clear":
+                    self._cleared[turn_id] = event["last_seq"] or 0
+                    self.playback.clear()
+                elif kind == "response.done":
+                    turn.reply, turn.status, turn.done = event["text"], event["status"], event
+                elif kind == "turn.metrics":
+                    turn.metrics = event
+                    turn.complete.set()
+            self._changed.set()
 
-    async def speak(
-        self, audio: np.ndarray, rate: int, timeout_s: float = 60.0, tail_silence_s: float = 0.4
-    ) -> TurnResult:
-        """Send one utterance in real time, then silence until the reply is complete."""
+    async def _send_line(self) -> None:
+        """One frame per frame period, speech if queued, else silence; plus playback acks."""
+        frame_s = self.frame_ms / 1000
+        silence = bytes(self.input_rate * self.frame_ms // 1000 * 2)
+        start = time.monotonic()
+        last_ack, acked = 0.0, 0
+        while True:
+            await asyncio.sleep(max(0.0, start + self._frames_sent * frame_s - time.monotonic()))
+            payload = self._line.popleft() if self._line else silence
+            await self._ws.send(payload)
+            self._frames_sent += 1
+            while self._unsent and self._unsent[0].speech_end_frame <= self._frames_sent:
+                utt = self._unsent.popleft()
+                utt.speech_end_sent_ns = self._last_speech_end_ns = time.monotonic_ns()
+                utt.sent.set()
+            played = self.playback.advance()
+            if (
+                self.ack_ms is not None
+                and played > acked
+                and time.monotonic() - last_ack > (self.ack_ms / 1000)
+            ):
+                await self._ws.send(json.dumps({"type": "playback.ack", "seq": played}))
+                last_ack, acked = time.monotonic(), played
+
+    # -- speaking -----------------------------------------------------------
+
+    def say(self, audio: np.ndarray, rate: int) -> Utterance:
+        """Queue speech on the line (after whatever is queued) and return at once."""
         if rate != self.input_rate:
             audio = resample(audio, rate, self.input_rate)
-        speech_end = speech_end_sample(audio, self.input_rate)
         frame = self.input_rate * self.frame_ms // 1000
-        turn = TurnResult()
-        self._current, self._done = turn, asyncio.Event()
-        silence = bytes(frame * 2)
-        start = time.monotonic()
-        i = 0
-        deadline = start + audio.shape[0] / self.input_rate + timeout_s
-        while True:
-            chunk_start = i * frame
-            if chunk_start < audio.shape[0]:
-                payload = float_to_pcm16(audio[chunk_start : chunk_start + frame])
-            else:
-                payload = silence
-            await asyncio.sleep(max(0.0, start + i * self.frame_ms / 1000 - time.monotonic()))
-            await self._ws.send(payload)
-            if not turn.speech_end_sent_ns and chunk_start + frame >= speech_end:
-                turn.speech_end_sent_ns = time.monotonic_ns()
-            i += 1
-            if self._done.is_set():
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no complete reply within {timeout_s} s")
-        # A short tail of silence, as a caller who waits before speaking again.
-        for _ in range(int(tail_silence_s * 1000 / self.frame_ms)):
-            await asyncio.sleep(self.frame_ms / 1000)
-            await self._ws.send(silence)
-        self._current = None
+        pcm = float_to_pcm16(audio)
+        chunks = [pcm[i : i + frame * 2] for i in range(0, len(pcm), frame * 2)]
+        speech_end = speech_end_sample(audio, self.input_rate)
+        base = self._frames_sent + len(self._line)
+        utt = Utterance(frames=len(chunks), speech_end_frame=base + -(-speech_end // frame))
+        self._line.extend(chunks)
+        self._unsent.append(utt)
+        return utt
+
+    async def speak(self, audio: np.ndarray, rate: int, timeout_s: float = 60.0) -> TurnResult:
+        """Say one utterance and wait until the server has answered it completely."""
+        before = max(self.turns, default=0)
+        utt = self.say(audio, rate)
+        turn = await self.wait_for(
+            lambda: next(
+                (
+                    t
+                    for tid, t in sorted(self.turns.items())
+                    if tid > before and t.complete.is_set()
+                ),
+                None,
+            ),
+            timeout_s + utt.frames * self.frame_ms / 1000,
+        )
+        turn.speech_end_sent_ns = utt.speech_end_sent_ns or turn.speech_end_sent_ns
+        await self.wait_playback_done()
         return turn
+
+    async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
+        """Wait until ``probe()`` returns something truthy, and return it."""
+        deadline = time.monotonic() + timeout_s
+        while not (result := probe()):
+            self._changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"condition not met within {timeout_s:.0f} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
+        return result
+
+    async def wait_playback_done(self, tail_s: float = 0.3) -> None:
+        """Listen until the reply has finished playing, then a short pause, like a caller."""
+        await asyncio.sleep(self.playback.buffered_s + tail_s)
 
     async def send_raw(self, message: str | bytes) -> None:
         await self._ws.send(message)
 
     async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.send(json.dumps({"type": "session.end"}))
             with contextlib.suppress(Exception):
                 await self._ws.close()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader

@@ -81,12 +81,33 @@ class ResponseTextDelta(Event):
 class ResponseDone(Event):
     type: ClassVar[str] = "response.done"
     turn_id: int
-    status: str  # completed | cancelled | failed | empty
-    text: str
-    audio_ms: float
+    status: str  # completed | interrupted | cancelled | failed | empty
+    text: str  # what the caller heard (all of it unless interrupted)
+    audio_ms: float  # reply audio sent
     first_seq: int | None
     last_seq: int | None
     reason: str = ""
+    generated_text: str = ""  # everything the LLM produced, heard or not
+    heard_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class PlaybackClear(Event):
+    """Barge-in: drop every reply frame still buffered; none after ``last_seq`` will come."""
+
+    type: ClassVar[str] = "playback.clear"
+    turn_id: int
+    last_seq: int | None
+
+
+@dataclass(frozen=True)
+class HistorySnapshot(Event):
+    """The conversation as the LLM will see it next turn (answer to ``history.get``)."""
+
+    type: ClassVar[str] = "history"
+    messages: list[dict[str, str]]
+    summary: str
+    summarized_messages: int
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ class TurnEvent:
     kind: TurnEventKind
     sample: int  # sample index (16 kHz clock) where speech started / last speech ended
     audio: np.ndarray | None = None  # the turn's audio (float32, 16 kHz), on SPEECH_STOPPED
+    start: int = 0  # on SPEECH_STOPPED: where the turn's speech started
+
+    @property
+    def speech_ms(self) -> float:
+        return max(0, self.sample - self.start) / 16.0
 
 
 class TurnDetector:
@@ -92,17 +97,38 @@ class TurnDetector:
             return self._end_turn()
         return None
 
-    def _end_turn(self) -> TurnEvent:
-        # Keep the audio up to the last speech plus a little tail; drop the silence.
+    def turn_audio(self) -> np.ndarray:
+        """The current turn's audio so far: up to the last speech plus a short tail."""
         tail = max(0, self._silence_run - 3)
         windows = self._turn[: len(self._turn) - tail] if tail else self._turn
-        audio = np.concatenate(windows) if windows else np.zeros(0, np.float32)
-        event = TurnEvent(TurnEventKind.SPEECH_STOPPED, self._last_speech_end, audio)
+        return np.concatenate(windows) if windows else np.zeros(0, np.float32)
+
+    def _end_turn(self) -> TurnEvent:
+        event = TurnEvent(
+            TurnEventKind.SPEECH_STOPPED,
+            self._last_speech_end,
+            self.turn_audio(),
+            self._start_sample,
+        )
         self._in_speech = False
         self._speech_run = 0
         self._silence_run = 0
         self._turn = []
         return event
+
+    @property
+    def speech_start_sample(self) -> int:
+        return self._start_sample
+
+    @property
+    def last_speech_end_sample(self) -> int:
+        return self._last_speech_end
+
+    def speech_ms(self) -> float:
+        """Voiced length of the current turn: its start to its last speech (0 outside speech)."""
+        if not self._in_speech:
+            return 0.0
+        return (self._last_speech_end - self._start_sample) * 1000 / self._rate
 
     def silence_ms(self) -> float:
         """How long the current in-speech silence has lasted (0 outside speech)."""

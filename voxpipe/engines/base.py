@@ -124,6 +124,12 @@ class LlmEngine(Protocol):
         """Yield text deltas of the assistant reply; stop early once ``cancel`` is set."""
         ...
 
+    def prefill(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> LlmUsage:
+        """Evaluate ``messages`` ahead of time so the next request only adds its own tokens."""
+        ...
+
     def forget(self, session_id: str) -> None:
         """Drop whatever state is kept for ``session_id``."""
         ...

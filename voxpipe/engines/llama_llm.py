@@ -105,6 +105,7 @@ class LlamaLlm:
             verbose=False,
         )
         self.n_ctx = n_ctx
+        self.n_batch = n_batch
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -112,10 +113,12 @@ class LlamaLlm:
         self._warmup_system_prompt = warmup_system_prompt
         self.states = StateCache(state_cache_bytes)
         self._owner: str | None = None
-        self._lock = threading.Lock()  # the context is single-threaded; belt and braces
+        self._lock = threading.Lock()  # the context: one request at a time
+        self._state_lock = threading.Lock()  # states and owner: short critical sections only
         self._im_start = self._special("<|im_start|>")
         self._im_end = self._special("<|im_end|>")
         self._newline = self._llm.tokenize(b"\n", add_bos=False, special=False)
+        self._header = [*self._im_start, *self._llm.tokenize(b"assistant\n", add_bos=False)]
 
     # -- prompt -------------------------------------------------------------
 
@@ -128,11 +131,13 @@ class LlamaLlm:
         )
         return [*self._im_start, *body, *self._im_end, *self._newline]
 
-    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[list[int], int]:
+    def prompt_tokens(
+        self, messages: Sequence[ChatMessage], add_header: bool = True
+    ) -> tuple[list[int], int]:
         """ChatML tokens for ``messages`` plus the assistant header; drops the oldest turns
         (never the system prompt) when the prompt and a full reply would overflow the context.
         Returns the tokens and the number of messages dropped."""
-        header = [*self._im_start, *self._llm.tokenize(b"assistant\n", add_bos=False)]
+        header = self._header if add_header else []
         system = [m for m in messages if m.role == "system"]
         rest = [m for m in messages if m.role != "system"]
         head = [t for m in system for t in self._message_tokens(m)]
@@ -181,21 +186,55 @@ class LlamaLlm:
 
     def _take_context(self, session_id: str) -> bool:
         """Make the context hold ``session_id``'s state; True if a saved state was restored."""
-        if self._owner == session_id:
-            return False
-        self._save_current()
-        restored = self._restore(session_id)
-        # With nothing saved, keep what is there: it shares at least the system prompt.
-        self._owner = session_id
-        return restored
+        with self._state_lock:
+            if self._owner == session_id:
+                return False
+            self._save_current()
+            restored = self._restore(session_id)
+            # With nothing saved, keep what is there: it shares at least the system prompt.
+            self._owner = session_id
+            return restored
 
     def forget(self, session_id: str) -> None:
-        with self._lock:
+        """Never waits for a generation in progress (the event loop calls this)."""
+        with self._state_lock:
             self.states.pop(session_id)
             if self._owner == session_id:
                 self._owner = None
 
     # -- generation ---------------------------------------------------------
+
+    def _prefill(
+        self, tokens: list[int], keep_last: int, cancel: CancelToken, usage: LlmUsage
+    ) -> bool:
+        """Evaluate ``tokens`` except the last ``keep_last`` beyond the cached prefix, in
+        batches, checking ``cancel`` between them (a long prefill must not block a barge-in).
+        Returns False if cancelled."""
+        llm = self._llm
+        reused = _common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+        if reused == len(tokens) and keep_last:
+            reused -= 1  # llama.cpp replays one token to get fresh logits
+        usage.prompt_tokens = len(tokens)
+        usage.reused_tokens = reused
+        usage.prefill_tokens = len(tokens) - reused
+        llm.n_tokens = reused
+        end = len(tokens) - keep_last
+        for start in range(reused, end, self.n_batch):
+            if cancel.cancelled:
+                return False
+            llm.eval(tokens[start : min(end, start + self.n_batch)])
+        return not cancel.cancelled
+
+    def prefill(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> LlmUsage:
+        """Evaluate the prompt of ``messages`` now, so the next turn only adds its own tokens."""
+        usage = LlmUsage()
+        with self._lock:
+            usage.state_restored = self._take_context(session_id)
+            tokens, _ = self.prompt_tokens(messages, add_header=False)
+            self._prefill(tokens, 0, cancel, usage)
+        return usage
 
     def stream(
         self,
@@ -208,13 +247,9 @@ class LlamaLlm:
             usage.state_restored = self._take_context(session_id)
             tokens, dropped = self.prompt_tokens(messages)
             usage.extra["dropped_messages"] = dropped
-            usage.prompt_tokens = len(tokens)
-            cached = self._llm.input_ids[: self._llm.n_tokens]
-            reused = _common_prefix(cached, tokens)
-            if reused == len(tokens):
-                reused -= 1  # llama.cpp replays one token to get fresh logits
-            usage.reused_tokens = reused
-            usage.prefill_tokens = len(tokens) - reused
+            if not self._prefill(tokens, 1, cancel, usage):
+                usage.finish_reason = "cancelled"
+                return
             self._llm.set_seed(self.seed)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             gen = self._llm.generate(

@@ -58,6 +58,22 @@ class Metrics:
         self.errors = Counter(
             "voxpipe_errors_total", "Error events sent to clients.", ["code"], registry=r
         )
+        self.preemptions = Counter(
+            "voxpipe_preemptions_total",
+            "Replies started during the caller's pause: used at the end of the turn, or wasted "
+            "because speech resumed.",
+            ["outcome"],
+            registry=r,
+        )
+        self.barge_in = Histogram(
+            "voxpipe_barge_in_seconds",
+            "From the first window of the caller's interrupting speech to: the reply pausing "
+            "(pause), the decision to interrupt (decide), the last reply frame sent (stop), "
+            "LLM and TTS stopped (cancel).",
+            ["phase"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.ready = Gauge("voxpipe_ready", "1 once all models are loaded and warm.", registry=r)
 
     def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
@@ -76,6 +92,9 @@ class Metrics:
         v2v = timeline.voice_to_voice_ms()
         if v2v is not None:
             self.voice_to_voice.observe(v2v / 1000)
+        for phase, ms in timeline.counters.get("barge_in", {}).items():
+            if ms is not None:
+                self.barge_in.labels(phase.removesuffix("_ms")).observe(max(0.0, ms) / 1000)
         prefill = timeline.counters.get("llm", {}).get("prefill_tokens")
         if prefill is not None:
             self.prefill_tokens.observe(prefill)

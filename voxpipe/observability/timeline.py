@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,29 @@ STAGES: tuple[str, ...] = (
     "first_audio_sent",
     "response_done",
 )
+
+
+# What must precede what. A preempted turn (STT and LLM begun during the caller's pause)
+# may reach stt_done, the first token, even the first TTS audio, before eot: causality
+# still holds, and no audio is sent before the end of the turn.
+CAUSAL_CHAIN: tuple[str, ...] = (
+    "speech_end", "stt_done", "llm_request", "llm_first_token", "first_clause",
+    "tts_first_chunk", "first_audio_sent", "response_done",
+)  # fmt: skip
+EOT_CHAIN: tuple[str, ...] = ("speech_end", "eot", "first_audio_sent")
+
+
+def order_violations(offsets_ms: dict[str, float]) -> list[str]:
+    """Pairs of recorded stages out of causal order (empty when the timeline is sound)."""
+    bad = []
+    for chain in (CAUSAL_CHAIN, EOT_CHAIN):
+        present = [s for s in chain if s in offsets_ms]
+        bad += [
+            f"{a} ({offsets_ms[a]}) after {b} ({offsets_ms[b]})"
+            for a, b in itertools.pairwise(present)
+            if offsets_ms[a] > offsets_ms[b]
+        ]
+    return bad
 
 
 @dataclass

@@ -110,7 +110,7 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
     async def voice(ws: WebSocket) -> None:
         services = state.services
         if services is None:
-            await refuse_not_ready(ws)
+            await refuse_not_ready(ws, state.metrics)
             return
         await NativeConnection(ws, services).run()
 

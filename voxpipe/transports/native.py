@@ -28,6 +28,7 @@ from voxpipe.conversation.events import (
     SessionUpdated,
 )
 from voxpipe.conversation.session import Services, Session
+from voxpipe.observability.metrics import Metrics
 
 log = logging.getLogger("voxpipe.native")
 
@@ -38,16 +39,19 @@ CLOSE_POLICY = 1008  # no session.start in time
 
 
 class TurnOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     threshold: float | None = Field(None, gt=0.0, lt=1.0)
     prefix_padding_ms: int | None = Field(None, ge=0, le=2000)
     silence_ms: int | None = Field(None, ge=32, le=5000)
     min_speech_ms: int | None = Field(None, ge=0, le=2000)
+    interrupt: bool | None = None
+    min_interruption_ms: int | None = Field(None, ge=0, le=3000)
+    preempt_ms: int | None = Field(None, ge=0, le=5000)  # 0 = off
 
 
 class SessionStart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["session.start"]
     session_id: str | None = Field(None, min_length=1, max_length=128)
@@ -57,8 +61,15 @@ class SessionStart(BaseModel):
     turn: TurnOptions | None = None
 
 
+class PlaybackAck(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["playback.ack"]
+    seq: int = Field(ge=1, lt=2**32)
+
+
 class SessionUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["session.update"]
     turn: TurnOptions | None = None
@@ -70,12 +81,13 @@ def _describe(error: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-async def refuse_not_ready(ws: WebSocket) -> None:
+async def refuse_not_ready(ws: WebSocket, metrics: Metrics) -> None:
     """Answer a call that arrives before the models are warm, then close (1013)."""
     await ws.accept()
     event = ErrorEvent.of(
         ErrorCode.NOT_READY, "models are still loading; retry when /readyz is 200"
     )
+    metrics.errors.labels(event.code).inc()
     await ws.send_text(json.dumps(event.to_dict()))
     await ws.close(CLOSE_TRY_AGAIN_LATER)
 
@@ -175,8 +187,10 @@ class NativeConnection:
             return None
         try:
             payload = json.loads(text)
-        except json.JSONDecodeError as exc:
-            await self.error(ErrorCode.INVALID_JSON, f"not valid JSON: {exc.msg} at {exc.pos}")
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
+            where = f" at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            await self.error(ErrorCode.INVALID_JSON, f"not valid JSON: {reason}{where}")
             return None
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
             await self.error(
@@ -188,11 +202,30 @@ class NativeConnection:
             await self._start(payload)
         elif kind == "session.update":
             await self._update(payload)
+        elif kind == "playback.ack":
+            await self._ack(payload)
+        elif kind == "history.get":
+            if self.session is None:
+                await self.error(ErrorCode.NOT_STARTED, "send session.start before history.get")
+            else:
+                await self.send_event(self.session.history_snapshot())
         elif kind == "session.end":
             return "end"
         else:
             await self.error(ErrorCode.UNKNOWN_EVENT, f"unknown event type {kind[:64]!r}")
         return None
+
+    async def _ack(self, payload: dict[str, Any]) -> None:
+        if self.session is None:
+            await self.error(ErrorCode.NOT_STARTED, "send session.start before playback.ack")
+            return
+        try:
+            ack = PlaybackAck.model_validate(payload)
+        except ValidationError as exc:
+            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {_describe(exc)}")
+            return
+        if not self.session.playback_ack(ack.seq):
+            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
 
     def _check_rate(self, rate: int | None, default: int) -> int:
         rate = default if rate is None else rate
@@ -212,13 +245,13 @@ class NativeConnection:
             out_rate = self._check_rate(
                 start.output_sample_rate, self.cfg.audio.output_sample_rate or tts_rate
             )
+            turn = _merge_turn(self.cfg.turn, start.turn)
         except ValidationError as exc:
             await self.error(ErrorCode.INVALID_EVENT, f"session.start: {_describe(exc)}")
             return
         except _BadRate as exc:
             await self.error(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(exc))
             return
-        turn = _merge_turn(self.cfg.turn, start.turn)
         session_id = start.session_id or uuid.uuid4().hex
         self.session = Session(
             session_id,
@@ -254,10 +287,10 @@ class NativeConnection:
             return
         try:
             update = SessionUpdate.model_validate(payload)
+            turn = _merge_turn(self.session.turn_config, update.turn)
         except ValidationError as exc:
             await self.error(ErrorCode.INVALID_EVENT, f"session.update: {_describe(exc)}")
             return
-        turn = _merge_turn(self.session.turn_config, update.turn)
         self.session.update_turn_config(turn)
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
 
@@ -270,4 +303,6 @@ def _merge_turn(base: TurnConfig, options: TurnOptions | None) -> TurnConfig:
     if options is None:
         return base
     changes = {k: v for k, v in options.model_dump().items() if v is not None}
-    return base.model_copy(update=changes)
+    if changes.get("preempt_ms") == 0:
+        changes["preempt_ms"] = None
+    return TurnConfig.model_validate({**base.model_dump(), **changes})

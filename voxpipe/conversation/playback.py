@@ -1,0 +1,106 @@
+"""What the caller has actually heard of a reply.
+
+The server knows which clause each sample of reply audio belongs to and when
+each frame was sent. The caller's playback position comes from the client's
+``playback.ack`` reports (the last frame it finished playing) or, without
+them, from real-time pacing: a client plays frames back to back from the
+moment the first one arrives. On barge-in the reply is cut to the words whose
+audio was played, proportionally within the clause that was playing.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class _Clause:
+    text: str
+    start: int  # first sample of this clause in the reply audio
+    end: int
+
+
+@dataclass(frozen=True)
+class _Frame:
+    seq: int
+    end: int  # reply-audio sample just after this frame
+    play_start_ns: int  # when the client starts playing it, by real-time pacing
+    samples: int
+
+
+class PlaybackTracker:
+    def __init__(self, sample_rate: int) -> None:
+        self.rate = sample_rate
+        self._clauses: list[_Clause] = []
+        self._frames: list[_Frame] = []
+        self._frame_seqs: list[int] = []
+        self._synth_samples = 0
+        self._sent_samples = 0
+        self._acked_samples: int | None = None
+
+    # -- producing ----------------------------------------------------------
+
+    def add_clause(self, text: str, samples: int) -> None:
+        """The next ``samples`` of reply audio speak ``text``."""
+        start = self._synth_samples
+        self._synth_samples += samples
+        self._clauses.append(_Clause(text, start, self._synth_samples))
+
+    def sent(self, seq: int, samples: int, play_start_ns: int) -> None:
+        self._sent_samples += samples
+        self._frames.append(_Frame(seq, self._sent_samples, play_start_ns, samples))
+        self._frame_seqs.append(seq)
+
+    # -- client reports -----------------------------------------------------
+
+    def ack(self, seq: int) -> bool:
+        """The client finished playing every frame up to ``seq``; False if not one of ours."""
+        i = bisect_right(self._frame_seqs, seq)
+        if i == 0 or self._frame_seqs[i - 1] != seq:
+            return False
+        samples = self._frames[i - 1].end
+        self._acked_samples = max(self._acked_samples or 0, samples)
+        return True
+
+    def ack_ms(self, played_ms: float) -> None:
+        """The client has played ``played_ms`` of this reply."""
+        samples = min(self._sent_samples, int(played_ms * self.rate / 1000))
+        self._acked_samples = max(self._acked_samples or 0, samples)
+
+    # -- reading ------------------------------------------------------------
+
+    @property
+    def sent_samples(self) -> int:
+        return self._sent_samples
+
+    @property
+    def last_seq(self) -> int | None:
+        return self._frame_seqs[-1] if self._frame_seqs else None
+
+    def heard_samples(self, now_ns: int) -> int:
+        if self._acked_samples is not None:
+            return self._acked_samples
+        heard = 0
+        for frame in self._frames:
+            if frame.play_start_ns >= now_ns:
+                break
+            played = (now_ns - frame.play_start_ns) * self.rate // 1_000_000_000
+            heard = frame.end - frame.samples + min(frame.samples, int(played))
+        return heard
+
+    def heard_text(self, now_ns: int) -> str:
+        return self.text_until(self.heard_samples(now_ns))
+
+    def text_until(self, samples: int) -> str:
+        words: list[str] = []
+        for clause in self._clauses:
+            if samples >= clause.end:
+                words += clause.text.split()
+                continue
+            if samples > clause.start:
+                clause_words = clause.text.split()
+                fraction = (samples - clause.start) / max(1, clause.end - clause.start)
+                words += clause_words[: int(len(clause_words) * fraction)]
+            break
+        return " ".join(words)

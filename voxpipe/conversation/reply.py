@@ -1,0 +1,464 @@
+"""One answer to one user turn: STT -> LLM -> clause chunker -> TTS -> paced frames.
+
+A reply may start *held*: preemptive work begun during the caller's pause,
+before the end of the turn is certain. A held reply computes everything but
+sends nothing (events and audio wait) until the session confirms it, or is
+discarded cheaply when the caller goes on talking. Once playing, a reply can
+be paused (the caller may be starting to talk), resumed (it was only a
+backchannel) or interrupted (barge-in): the LLM and TTS stop, the client is
+told to clear its buffer, and the text kept is what the caller heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from voxpipe.audio.pcm import float_to_pcm16
+from voxpipe.audio.resample import StreamResampler
+from voxpipe.conversation.chunker import ClauseChunker
+from voxpipe.conversation.events import (
+    AudioOut,
+    ErrorCode,
+    ErrorEvent,
+    Event,
+    PlaybackClear,
+    ResponseDone,
+    ResponseTextDelta,
+    Transcript,
+    TurnMetrics,
+)
+from voxpipe.conversation.playback import PlaybackTracker
+from voxpipe.conversation.services import Services
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.engines.runner import EngineBusy, JobClock
+from voxpipe.observability.timeline import TurnTimeline
+
+log = logging.getLogger("voxpipe.reply")
+
+SendEvent = Callable[[Event], Awaitable[None]]
+SendAudio = Callable[[AudioOut], Awaitable[None]]
+
+
+class Pacer:
+    """Models the client's playback buffer, so audio goes out at most ``lead`` ahead of real
+    time: the client needs only that much buffer, and what is not sent can still be cancelled."""
+
+    def __init__(self, lead_ms: int) -> None:
+        self.lead_ns = lead_ms * 1_000_000
+        self.ends_at_ns = 0  # when the client will have played everything sent so far
+
+    def delay_s(self, now_ns: int) -> float:
+        return max(0.0, (self.ends_at_ns - now_ns - self.lead_ns) / 1e9)
+
+    def sent(self, now_ns: int, duration_ns: int) -> int:
+        """Account for a frame sent now; returns when the client starts playing it."""
+        starts = max(self.ends_at_ns, now_ns)
+        self.ends_at_ns = starts + duration_ns
+        return starts
+
+    def flushed(self, now_ns: int) -> None:
+        """The client dropped its buffer (barge-in)."""
+        self.ends_at_ns = now_ns
+
+
+@dataclass
+class ReplyContext:
+    """What a reply borrows from its session."""
+
+    session_id: str
+    services: Services
+    send_event: SendEvent
+    send_audio: SendAudio
+    next_seq: Callable[[], int]
+    pacer: Pacer
+    output_rate: int
+    history: Callable[[], list[ChatMessage]]
+    closed: bool = False  # the call is over: nothing more is sent
+
+
+@dataclass
+class BargeIn:
+    speech_start_ns: int  # arrival of the first window of the caller's speech
+    paused_ns: int = 0
+    decided_ns: int = 0
+    cancelled_ns: int = 0  # LLM and TTS jobs have stopped
+    last_frame_ns: int = 0  # the last reply frame handed to the transport
+
+    def as_dict(self) -> dict[str, float | None]:
+        def since(ns: int) -> float | None:
+            return round((ns - self.speech_start_ns) / 1e6, 1) if ns else None
+
+        return {
+            "pause_ms": since(self.paused_ns),
+            "decide_ms": since(self.decided_ns),
+            "stop_ms": since(self.last_frame_ns),
+            "cancel_ms": since(self.cancelled_ns),
+        }
+
+
+@dataclass
+class Reply:
+    ctx: ReplyContext
+    timeline: TurnTimeline
+    audio: np.ndarray
+    held: bool = False
+    previous: Reply | None = None
+    cancel: CancelToken = field(default_factory=CancelToken)
+    status: str = "pending"
+    reason: str = ""
+    transcript: str = ""
+    generated: str = ""
+    heard_text: str | None = None  # set when interrupted
+    heard_ms: float | None = None
+    audio_ns: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    barge_in: BargeIn | None = None
+    on_finish: Callable[[Reply], None] | None = None
+
+    record: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker = PlaybackTracker(self.ctx.output_rate)
+        self._paused = False
+        self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
+        self._held_events: list[Event] = []
+        self._decided = asyncio.Event()  # a held reply was confirmed or thrown away
+        self.cancel.on_cancel(self._sendable.set)
+        self.cancel.on_cancel(self._decided.set)
+        self._update_sendable()
+        self.task: asyncio.Task[None] = asyncio.create_task(
+            self._run(), name=f"reply-{self.ctx.session_id}-{self.timeline.turn_id}"
+        )
+
+    @property
+    def turn_id(self) -> int:
+        return self.timeline.turn_id
+
+    @property
+    def active(self) -> bool:
+        return not self.task.done() and not self.cancel.cancelled
+
+    @property
+    def confirmed(self) -> bool:
+        return not self.held
+
+    def _update_sendable(self) -> None:
+        if self.cancel.cancelled or (not self.held and not self._paused):
+            self._sendable.set()
+        else:
+            self._sendable.clear()
+
+    # -- control from the session -------------------------------------------
+
+    async def confirm(self, speech_end_ns: int) -> None:
+        """The turn has ended as the held reply assumed: release what it computed."""
+        self.timeline.marks_ns["speech_end"] = speech_end_ns
+        self.timeline.mark("eot")
+        # Events the task emits while these sends wait are queued behind them, in order.
+        while self._held_events:
+            await self.ctx.send_event(self._held_events.pop(0))
+        self.held = False
+        self._update_sendable()
+        self._decided.set()
+
+    def discard(self) -> None:
+        """Speech resumed: throw the held work away."""
+        self.status, self.reason = "discarded", "speech resumed before the end of the turn"
+        self.cancel.cancel()
+
+    def pause(self, now_ns: int) -> None:
+        if not self._paused:
+            self._paused = True
+            self._update_sendable()
+            if self.barge_in is not None and not self.barge_in.paused_ns:
+                self.barge_in.paused_ns = now_ns
+
+    def resume(self) -> None:
+        self._paused = False
+        self._update_sendable()
+
+    async def interrupt(self, now_ns: int) -> None:
+        """Barge-in: stop generating and sending; keep what the caller heard."""
+        if self.cancel.cancelled:
+            return
+        if self.barge_in is not None:
+            self.barge_in.decided_ns = now_ns
+        heard = self.tracker.heard_samples(now_ns)
+        self.heard_text = self.tracker.text_until(heard)
+        self.heard_ms = round(heard * 1000 / self.ctx.output_rate, 1)
+        self.status, self.reason = "interrupted", "the caller spoke over the reply"
+        self.cancel.cancel()
+        self.ctx.pacer.flushed(now_ns)
+        await self.ctx.send_event(PlaybackClear(self.turn_id, self.last_seq))
+
+    def playback_ack(self, seq: int) -> bool:
+        return self.tracker.ack(seq)
+
+    async def wait(self) -> None:
+        await asyncio.gather(self.task, return_exceptions=True)
+
+    # -- the pipeline ---------------------------------------------------------
+
+    async def _emit(self, event: Event) -> None:
+        if self.held:
+            self._held_events.append(event)
+        else:
+            await self.ctx.send_event(event)
+
+    async def _run(self) -> None:
+        tl = self.timeline
+        services = self.ctx.services
+        try:
+            if self.previous is not None:
+                await self.previous.wait()
+                self.previous = None  # else every reply of the call stays reachable
+            clock = JobClock()
+            stt = services.engines.stt
+            audio = self.audio
+            transcript = await services.runners.stt.call(lambda: stt.transcribe(audio), clock)
+            tl.mark("stt_done")
+            tl.compute_s["stt"], tl.queue_s["stt"] = clock.compute_s, clock.queue_s
+            self.transcript = transcript.text.strip()
+            tl.counters["transcript"] = self.transcript
+            await self._emit(Transcript(self.turn_id, self.transcript))
+            if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
+                self.status = "cancelled" if self.status == "pending" else self.status
+                return
+            if not any(ch.isalnum() for ch in self.transcript):
+                self.status, self.reason = "empty", "no words in the transcript"
+                return
+            await self._speak()
+            if self.status == "pending":
+                self.status = "cancelled" if self.cancel.cancelled else "completed"
+        except asyncio.CancelledError:
+            self.status, self.reason = "cancelled", self.reason or "session closed"
+            raise
+        except EngineBusy as error:
+            self.status, self.reason = "failed", str(error)
+            await self._emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
+        except Exception as error:
+            log.exception("turn %s of %s failed", self.turn_id, self.ctx.session_id)
+            self.status, self.reason = "failed", f"{type(error).__name__}: {error}"
+            await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self.reason))
+        finally:
+            if self.barge_in is not None:
+                self.barge_in.cancelled_ns = time.monotonic_ns()
+            if self.held:  # an empty or failed held turn reports nothing until it is decided
+                await self._decided.wait()
+            await self._finish()
+
+    async def _speak(self) -> None:
+        """LLM -> chunker -> TTS -> paced frames, the three stages running concurrently."""
+        cfg = self.ctx.services.config
+        services = self.ctx.services
+        tl, cancel, turn_id = self.timeline, self.cancel, self.turn_id
+        clauses: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue(maxsize=64)
+        frames: asyncio.Queue[bytes | None] = asyncio.Queue(
+            maxsize=max(1, cfg.audio.outbound_buffer_ms // cfg.audio.out_frame_ms)
+        )
+        usage = LlmUsage()
+        llm_clock = JobClock()
+        # Cleared while the first clause is synthesized: the caller is waiting for that audio,
+        # and the LLM (already ahead of speech) would otherwise take both cores from the TTS.
+        llm_gate = threading.Event()
+        llm_gate.set()
+        cancel.on_cancel(llm_gate.set)
+        messages = [*self.ctx.history(), ChatMessage("user", self.transcript)]
+        spoken: list[str] = []
+
+        async def queue_clause(clause: str) -> None:
+            if not tl.has("first_clause"):
+                tl.mark("first_clause")
+                tl.counters["first_clause"] = clause
+                if llm_clock.started_ns:
+                    first_clause_ns = tl.marks_ns["first_clause"] - llm_clock.started_ns
+                    tl.compute_s["llm_first_clause"] = first_clause_ns / 1e9
+            await clauses.put((clause, len(self.generated)))
+
+        async def think() -> None:
+            chunker = ClauseChunker(cfg.chunker)
+            engine = services.engines.llm
+            tl.mark("llm_request")
+            stream = services.runners.llm.stream(
+                lambda: engine.stream(self.ctx.session_id, messages, cancel, usage),
+                llm_clock,
+                gate=llm_gate,
+            )
+            try:
+                async with contextlib.aclosing(stream):
+                    async for delta in stream:
+                        if cancel.cancelled:
+                            break
+                        tl.mark("llm_first_token")
+                        self.generated += delta
+                        await self._emit(ResponseTextDelta(turn_id, delta))
+                        for clause in chunker.push(delta):
+                            await queue_clause(clause)
+                if not cancel.cancelled:
+                    for clause in chunker.flush():
+                        await queue_clause(clause)
+            finally:
+                await clauses.put(None)
+
+        async def voice() -> None:
+            engine = services.engines.tts
+            resampler = StreamResampler(engine.sample_rate, self.ctx.output_rate)
+            framer = _Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
+            try:
+                while (item := await clauses.get()) is not None:
+                    if cancel.cancelled:
+                        continue
+                    clause, _ = item
+                    clock = JobClock()
+                    if not spoken:
+                        llm_gate.clear()
+                    stream = services.runners.tts.stream(
+                        functools.partial(engine.synthesize, clause, cancel), clock
+                    )
+                    samples = 0
+                    async with contextlib.aclosing(stream):
+                        async for chunk in stream:
+                            tl.mark("tts_first_chunk")
+                            llm_gate.set()
+                            audio = resampler.process(chunk.astype(np.float32) / 32768.0)
+                            samples += audio.shape[0]
+                            for frame in framer.push(float_to_pcm16(audio)):
+                                await frames.put(frame)
+                    self.tracker.add_clause(clause, samples)
+                    tl.compute_s.setdefault("tts_first", clock.compute_s)
+                    tl.queue_s.setdefault("tts_first", clock.queue_s)
+                    tl.compute_s["tts_total"] = tl.compute_s.get("tts_total", 0.0) + clock.compute_s
+                    spoken.append(clause)
+                if not cancel.cancelled:
+                    tail = float_to_pcm16(resampler.process(np.zeros(0, np.float32), last=True))
+                    for frame in [*framer.push(tail), *framer.flush()]:
+                        await frames.put(frame)
+            finally:
+                llm_gate.set()
+                await frames.put(None)
+
+        async def play() -> None:
+            ns_per_byte = 1e9 / (2 * self.ctx.output_rate)
+            pacer = self.ctx.pacer
+            while (frame := await frames.get()) is not None:
+                if cancel.cancelled:
+                    continue
+                await self._wait_until_sendable()
+                delay = pacer.delay_s(time.monotonic_ns())
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await self._wait_until_sendable()
+                if cancel.cancelled:
+                    continue
+                seq = self.ctx.next_seq()
+                # Before the send, which may wait: a barge-in meanwhile must clear this frame too.
+                self.first_seq = self.first_seq or seq
+                self.last_seq = seq
+                await self.ctx.send_audio(AudioOut(seq, turn_id, frame))
+                now = time.monotonic_ns()
+                tl.mark("first_audio_sent", now)
+                if self.barge_in is not None:
+                    self.barge_in.last_frame_ns = now
+                duration_ns = int(len(frame) * ns_per_byte)
+                self.audio_ns += duration_ns
+                self.tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(think())
+                group.create_task(voice())
+                group.create_task(play())
+        finally:
+            if llm_clock.started_ns and llm_clock.first_item_ns:
+                tl.compute_s["llm_ttft"] = (llm_clock.first_item_ns - llm_clock.started_ns) / 1e9
+            tl.queue_s["llm"] = llm_clock.queue_s
+            tl.compute_s["llm_total"] = llm_clock.compute_s
+            tl.counters["llm"] = {
+                "prompt_tokens": usage.prompt_tokens,
+                "reused_tokens": usage.reused_tokens,
+                "prefill_tokens": usage.prefill_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "state_restored": usage.state_restored,
+                "finish_reason": usage.finish_reason,
+            }
+
+    async def _wait_until_sendable(self) -> None:
+        """Held replies wait for confirmation, paused ones for resume; a cancel wakes both."""
+        await self._sendable.wait()
+
+    # -- the end ------------------------------------------------------------
+
+    @property
+    def kept_text(self) -> str:
+        """The assistant text the history keeps: what was heard, or all of it."""
+        return (self.heard_text if self.heard_text is not None else self.generated).strip()
+
+    async def _finish(self) -> None:
+        tl = self.timeline
+        if self.status == "discarded":
+            return  # held work thrown away: the caller never knew of it
+        tl.mark("response_done")
+        tl.counters.update(
+            status=self.status,
+            reply=self.kept_text,
+            generated=self.generated.strip(),
+            session_id=self.ctx.session_id,
+            preempted=tl.counters.get("preempted", False),
+        )
+        if self.barge_in is not None:
+            tl.counters["barge_in"] = self.barge_in.as_dict()
+        record: dict[str, Any] = tl.as_dict()
+        self.record = record
+        if self.on_finish is not None:
+            self.on_finish(self)
+        services = self.ctx.services
+        services.metrics.observe_turn(tl, self.status)
+        await asyncio.to_thread(services.turn_log.write, record)
+        if self.ctx.closed:
+            return  # nothing is sent on a closed call, not even response.done
+        with contextlib.suppress(Exception):  # the connection may be gone: nothing to tell
+            await self._emit(
+                ResponseDone(
+                    self.turn_id,
+                    self.status,
+                    self.kept_text,
+                    round(self.audio_ns / 1e6, 1),
+                    self.first_seq,
+                    self.last_seq,
+                    self.reason,
+                    generated_text=self.generated.strip(),
+                    heard_ms=self.heard_ms,
+                )
+            )
+            await self._emit(TurnMetrics(self.turn_id, record))
+
+
+class _Framer:
+    """Cut a byte stream of PCM16 into fixed-size frames; the last one may be short."""
+
+    def __init__(self, samples_per_frame: int) -> None:
+        self.size = samples_per_frame * 2
+        self._buf = bytearray()
+
+    def push(self, pcm: bytes) -> list[bytes]:
+        self._buf += pcm
+        out = []
+        while len(self._buf) >= self.size:
+            out.append(bytes(self._buf[: self.size]))
+            del self._buf[: self.size]
+        return out
+
+    def flush(self) -> list[bytes]:
+        rest, self._buf = bytes(self._buf), bytearray()
+        return [rest] if rest else []

@@ -1,0 +1,104 @@
+"""Keep long calls fast: condense older turns into a summary, off the critical path.
+
+After a reply whose prompt passed ``llm.summarize_after_tokens``, the LLM
+condenses all but the last ``llm.keep_recent_messages`` messages (and any
+earlier summary) into a few sentences, then pre-fills the new, shorter
+prompt into the call's KV cache, so the next turn adds only its own tokens.
+Both run on the LLM's thread between turns and are cancellable: when the
+caller starts speaking, the work stops and is retried after the next reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from voxpipe.conversation.history import History
+from voxpipe.conversation.services import Services
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.engines.runner import EngineBusy, JobClock
+
+log = logging.getLogger("voxpipe.summarizer")
+
+INSTRUCTIONS = (
+    "Summarize this phone call in at most three sentences for the assistant's memory. Keep "
+    "names, numbers, requests and promises. Write plain sentences, no lists."
+)
+
+
+class Summarizer:
+    def __init__(self, session_id: str, services: Services, history: History) -> None:
+        self.session_id = session_id
+        self.services = services
+        self.history = history
+        self._task: asyncio.Task[None] | None = None
+        self._cancel = CancelToken()
+        self.summaries = 0
+        self.last: dict[str, Any] = {}
+
+    def after_turn(self, llm: dict[str, Any]) -> None:
+        cfg = self.services.config.llm
+        if (
+            not cfg.summarize_after_tokens
+            or llm.get("prompt_tokens", 0) < cfg.summarize_after_tokens
+        ):
+            return
+        if len(self.history.turns) <= cfg.keep_recent_messages or self.busy:
+            return
+        self._cancel = CancelToken()
+        self._task = asyncio.create_task(self._run(self._cancel), name=f"summary-{self.session_id}")
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def pause(self) -> None:
+        """The caller is speaking: the LLM is needed for the reply; try again later."""
+        self._cancel.cancel()
+
+    async def _run(self, cancel: CancelToken) -> None:
+        cfg = self.services.config.llm
+        older = self.history.turns[: len(self.history.turns) - cfg.keep_recent_messages]
+        text = "\n".join(f"{m.role}: {m.content}" for m in older)
+        if self.history.summary:
+            text = f"Earlier: {self.history.summary}\n{text}"
+        messages = [ChatMessage("system", INSTRUCTIONS), ChatMessage("user", text)]
+        engine, runner = self.services.engines.llm, self.services.runners.llm
+        usage, clock = LlmUsage(), JobClock()
+        parts: list[str] = []
+        try:
+            stream = runner.stream(
+                lambda: engine.stream(f"{self.session_id}#summary", messages, cancel, usage), clock
+            )
+            async with contextlib.aclosing(stream):
+                async for delta in stream:
+                    parts.append(delta)
+            summary = "".join(parts).strip()
+            if cancel.cancelled or not summary:
+                return
+            self.history.replace_oldest(len(older), summary)
+            self.summaries += 1
+            warm = await runner.call(
+                lambda: engine.prefill(self.session_id, self.history.messages(), cancel)
+            )
+            self.last = {
+                "summarized_messages": len(older),
+                "summary_tokens": usage.completion_tokens,
+                "summary_s": round(clock.compute_s, 3),
+                "prewarmed_tokens": warm.prefill_tokens,
+            }
+            log.info("session %s: summarized %d messages", self.session_id, len(older))
+        except EngineBusy:
+            return
+        finally:
+            engine.forget(f"{self.session_id}#summary")
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def close(self) -> None:
+        self._cancel.cancel()
+        await self.wait()
