@@ -159,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--reps", type=int, default=3, help="calls, each the whole conversation")
     bench.add_argument("--port", type=int, default=8799)
     bench.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
+    bench.add_argument(
+        "--interruptions", type=int, default=20, help="barge-ins to measure (0 = skip turn-taking)"
+    )
+    bench.add_argument(
+        "--preempt-reps", type=int, default=1, help="calls per mode, preemption on vs off"
+    )
     bench.set_defaults(func=cmd_bench)
     return parser
 

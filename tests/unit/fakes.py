@@ -76,16 +76,29 @@ class FakeLlm:
     """Streams scripted replies (one list of deltas per call; the last one repeats).
 
     Sleeps ``delay_s`` before each delta and stops as soon as ``cancel`` is set, as a real
-    engine does between tokens.
+    engine does between tokens. Requests for a ``...#summary`` session (the summarizer's)
+    stream ``summary`` instead, after ``summary_delay_s`` per delta, and are recorded apart,
+    so the replies' script does not depend on when a summary runs.
     """
 
     name = "fake-llm"
 
-    def __init__(self, *replies: list[str], delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *replies: list[str],
+        delay_s: float = 0.0,
+        summary: Sequence[str] = ("The caller", " said hello."),
+        summary_delay_s: float = 0.0,
+    ) -> None:
         self.replies = list(replies) or [["Hello", " there", "."]]
         self.delay_s = delay_s
-        self.calls: list[list[ChatMessage]] = []
-        self.yielded: list[int] = []  # deltas yielded, per call
+        self.summary = list(summary)
+        self.summary_delay_s = summary_delay_s
+        self.calls: list[list[ChatMessage]] = []  # reply requests
+        self.yielded: list[int] = []  # deltas yielded, per reply request
+        self.summary_calls: list[list[ChatMessage]] = []
+        self.summary_yielded: list[int] = []
+        self.prefills: list[tuple[str, list[ChatMessage]]] = []
         self.forgotten: list[str] = []
         self.running = 0
 
@@ -96,30 +109,47 @@ class FakeLlm:
         cancel: CancelToken,
         usage: LlmUsage,
     ) -> Iterator[str]:
-        self.calls.append(list(messages))
-        reply = self.replies[min(len(self.calls), len(self.replies)) - 1]
-        self.yielded.append(0)
+        if session_id.endswith("#summary"):
+            self.summary_calls.append(list(messages))
+            script, delay_s, yielded = self.summary, self.summary_delay_s, self.summary_yielded
+        else:
+            self.calls.append(list(messages))
+            script = self.replies[min(len(self.calls), len(self.replies)) - 1]
+            delay_s, yielded = self.delay_s, self.yielded
+        yielded.append(0)
         self.running += 1
-        usage.prompt_tokens = sum(len(m.content.split()) for m in messages)
+        usage.prompt_tokens = _words(messages)
         usage.finish_reason = "stop"
         try:
-            for delta in reply:
-                if self.delay_s:
-                    time.sleep(self.delay_s)
+            for delta in script:
+                if delay_s:
+                    time.sleep(delay_s)
                 if cancel.cancelled:
                     usage.finish_reason = "cancelled"
                     return
                 usage.completion_tokens += 1
-                self.yielded[-1] += 1
+                yielded[-1] += 1
                 yield delta
         finally:
             self.running -= 1
+
+    def prefill(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> LlmUsage:
+        self.prefills.append((session_id, list(messages)))
+        tokens = 0 if cancel.cancelled else _words(messages)
+        return LlmUsage(prompt_tokens=tokens, prefill_tokens=tokens)
 
     def forget(self, session_id: str) -> None:
         self.forgotten.append(session_id)
 
     def warmup(self) -> None:
         pass
+
+
+def _words(messages: Sequence[ChatMessage]) -> int:
+    """The fake's token count: one per word."""
+    return sum(len(m.content.split()) for m in messages)
 
 
 class FakeTts:

@@ -23,6 +23,7 @@ import numpy as np
 
 from voxpipe.audio.pcm import read_wav
 from voxpipe.audio.resample import resample
+from voxpipe.bench import turn_taking
 from voxpipe.bench.server_process import ServerProcess
 from voxpipe.bench.stats import summarize, table
 from voxpipe.clients.native_client import NativeClient
@@ -239,12 +240,25 @@ def main(args: argparse.Namespace) -> int:
         ready_s = server.wait_ready()
         print(f"ready after {ready_s:.1f} s; {args.reps} calls of {len(script)} turns", flush=True)
         calls = asyncio.run(run_calls(server.ws, script, args.reps))
+        if args.interruptions:
+            print(f"barge-in: {args.interruptions} interruptions ...", flush=True)
+            barge = asyncio.run(turn_taking.barge_in(server.ws, script, args.interruptions))
+            print("preemption on vs off ...", flush=True)
+            preempt = asyncio.run(turn_taking.preemption(server.ws, script, args.preempt_reps))
     finally:
         server.stop()
     print("isolated engine compute on the same inputs ...", flush=True)
     isolated = isolated_compute(config, calls)
     summary = report(config, calls, isolated, ready_s)
     text = render(summary)
+    if args.interruptions:
+        print("LLM alone: 20-turn TTFT with reuse vs rebuild ...", flush=True)
+        summary["turn_taking"] = {
+            "barge_in": barge,
+            "preemption": preempt,
+            "long_call": turn_taking.long_call_ttft(config, calls),
+        }
+        text += "\n\n" + turn_taking.render(summary["turn_taking"])
     print("\n" + text)
     out.write_text(json.dumps({"summary": summary, "calls": calls}, indent=1))
     out.with_suffix(".txt").write_text(text + "\n")

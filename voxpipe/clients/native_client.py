@@ -59,6 +59,7 @@ class TurnResult:
     done: dict[str, Any] = field(default_factory=dict)
     speech_end_sent_ns: int = 0
     first_audio_ns: int = 0
+    last_audio_ns: int = 0
     complete: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -74,6 +75,8 @@ class Utterance:
 
     frames: int
     speech_end_frame: int
+    speech_start_frame: int = 0
+    speech_start_sent_ns: int = 0
     speech_end_sent_ns: int = 0
     sent: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -167,7 +170,8 @@ class NativeClient:
                 if turn_id in self._cleared and seq > self._cleared[turn_id]:
                     self.audio_after_clear.append(seq)
                     continue
-                turn.first_audio_ns = turn.first_audio_ns or time.monotonic_ns()
+                turn.last_audio_ns = time.monotonic_ns()
+                turn.first_audio_ns = turn.first_audio_ns or turn.last_audio_ns
                 turn.seqs.append(seq)
                 pcm = message[AUDIO_HEADER.size :]
                 turn.audio += pcm
@@ -207,6 +211,9 @@ class NativeClient:
             payload = self._line.popleft() if self._line else silence
             await self._ws.send(payload)
             self._frames_sent += 1
+            for utt in self._unsent:
+                if not utt.speech_start_sent_ns and utt.speech_start_frame <= self._frames_sent:
+                    utt.speech_start_sent_ns = time.monotonic_ns()
             while self._unsent and self._unsent[0].speech_end_frame <= self._frames_sent:
                 utt = self._unsent.popleft()
                 utt.speech_end_sent_ns = self._last_speech_end_ns = time.monotonic_ns()
@@ -230,8 +237,13 @@ class NativeClient:
         pcm = float_to_pcm16(audio)
         chunks = [pcm[i : i + frame * 2] for i in range(0, len(pcm), frame * 2)]
         speech_end = speech_end_sample(audio, self.input_rate)
+        speech_start = audio.shape[0] - speech_end_sample(audio[::-1].copy(), self.input_rate)
         base = self._frames_sent + len(self._line)
-        utt = Utterance(frames=len(chunks), speech_end_frame=base + -(-speech_end // frame))
+        utt = Utterance(
+            frames=len(chunks),
+            speech_end_frame=base + -(-speech_end // frame),
+            speech_start_frame=base + speech_start // frame + 1,
+        )
         self._line.extend(chunks)
         self._unsent.append(utt)
         return utt

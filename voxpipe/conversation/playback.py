@@ -41,11 +41,17 @@ class PlaybackTracker:
 
     # -- producing ----------------------------------------------------------
 
-    def add_clause(self, text: str, samples: int) -> None:
-        """The next ``samples`` of reply audio speak ``text``."""
+    def add_clause(self, text: str, samples: int = 0) -> None:
+        """The next ``samples`` of reply audio speak ``text`` (more may follow: add_samples)."""
         start = self._synth_samples
         self._synth_samples += samples
         self._clauses.append(_Clause(text, start, self._synth_samples))
+
+    def add_samples(self, samples: int) -> None:
+        """The clause being synthesized has ``samples`` more audio."""
+        last = self._clauses[-1]
+        self._synth_samples += samples
+        self._clauses[-1] = _Clause(last.text, last.start, self._synth_samples)
 
     def sent(self, seq: int, samples: int, play_start_ns: int) -> None:
         self._sent_samples += samples

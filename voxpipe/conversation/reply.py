@@ -127,6 +127,7 @@ class Reply:
     on_finish: Callable[[Reply], None] | None = None
 
     record: dict[str, Any] | None = None
+    last_frame_ns: int = 0  # when the latest frame was handed to the transport
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -194,6 +195,7 @@ class Reply:
             return
         if self.barge_in is not None:
             self.barge_in.decided_ns = now_ns
+            self.barge_in.last_frame_ns = self.last_frame_ns
         heard = self.tracker.heard_samples(now_ns)
         self.heard_text = self.tracker.text_until(heard)
         self.heard_ms = round(heard * 1000 / self.ctx.output_rate, 1)
@@ -326,17 +328,18 @@ class Reply:
                     stream = services.runners.tts.stream(
                         functools.partial(engine.synthesize, clause, cancel), clock
                     )
-                    samples = 0
+                    self.tracker.add_clause(clause)
                     async with contextlib.aclosing(stream):
                         async for chunk in stream:
                             tl.mark("tts_first_chunk")
                             llm_gate.set()
                             audio = resampler.process(chunk.astype(np.float32) / 32768.0)
-                            samples += audio.shape[0]
+                            self.tracker.add_samples(audio.shape[0])
                             for frame in framer.push(float_to_pcm16(audio)):
                                 await frames.put(frame)
-                    self.tracker.add_clause(clause, samples)
-                    tl.compute_s.setdefault("tts_first", clock.compute_s)
+                    if clock.first_item_ns:  # the caller waits for the first chunk, not all
+                        first_chunk_s = (clock.first_item_ns - clock.started_ns) / 1e9
+                        tl.compute_s.setdefault("tts_first", first_chunk_s)
                     tl.queue_s.setdefault("tts_first", clock.queue_s)
                     tl.compute_s["tts_total"] = tl.compute_s.get("tts_total", 0.0) + clock.compute_s
                     spoken.append(clause)
@@ -368,8 +371,7 @@ class Reply:
                 await self.ctx.send_audio(AudioOut(seq, turn_id, frame))
                 now = time.monotonic_ns()
                 tl.mark("first_audio_sent", now)
-                if self.barge_in is not None:
-                    self.barge_in.last_frame_ns = now
+                self.last_frame_ns = now
                 duration_ns = int(len(frame) * ns_per_byte)
                 self.audio_ns += duration_ns
                 self.tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
@@ -416,7 +418,7 @@ class Reply:
             session_id=self.ctx.session_id,
             preempted=tl.counters.get("preempted", False),
         )
-        if self.barge_in is not None:
+        if self.barge_in is not None and self.status == "interrupted":  # not a backchannel's
             tl.counters["barge_in"] = self.barge_in.as_dict()
         record: dict[str, Any] = tl.as_dict()
         self.record = record

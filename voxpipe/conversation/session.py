@@ -137,14 +137,15 @@ class Session:
     async def _on_window(self, prob: float, event: TurnEvent | None) -> None:
         cfg, detector = self.turn_config, self._detector
         if event is not None and event.kind is TurnEventKind.SPEECH_STARTED:
-            await self._send_event(SpeechStarted(round(event.sample / 16, 1)))
             self.summarizer.pause()
             reply = self._speaking_reply()
             self._overlap = reply is not None and cfg.interrupt
-            if reply is not None and self._overlap:
+            if reply is not None and self._overlap:  # hold the audio first, then tell the client
                 now = time.monotonic_ns()
-                reply.barge_in = BargeIn(self._arrival_of(event.sample))
+                # event.sample starts the first speech window: when did that window arrive?
+                reply.barge_in = BargeIn(self._arrival_of(event.sample + 1))
                 reply.pause(now)
+            await self._send_event(SpeechStarted(round(event.sample / 16, 1)))
             return
         if event is not None:
             await self._on_turn_end(event)
@@ -160,8 +161,8 @@ class Session:
             elif detector.silence_ms() >= RESUME_AFTER_SILENCE_MS:
                 reply.resume()  # only a backchannel so far
         held = self._held
-        if held is not None and prob >= cfg.threshold:
-            self._discard_held()
+        if held is not None and (cfg.preempt_ms is None or detector.silence_ms() < cfg.preempt_ms):
+            self._discard_held()  # the pause is over (any sound above release_threshold)
         elif (
             held is None
             and cfg.preempt_ms is not None
@@ -239,7 +240,8 @@ class Session:
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)
             self.turns.append(reply.record)
-        self.summarizer.after_turn(reply.timeline.counters.get("llm", {}))
+        if not self._detector.in_speech:  # else the caller's next reply needs the LLM first
+            self.summarizer.after_turn(reply.timeline.counters.get("llm", {}))
 
     # -- client reports and requests ------------------------------------------
 
@@ -253,7 +255,10 @@ class Session:
     def playback_ack(self, seq: int) -> bool:
         """The client finished playing frame ``seq``; False if no reply owns it."""
         reply = self._reply
-        return reply is not None and reply.playback_ack(seq)
+        if reply is not None and reply.playback_ack(seq):
+            return True
+        # A frame of an earlier reply, still playing when the next turn ended: nothing to cut.
+        return 0 < seq <= self._seq
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -202,6 +202,15 @@ class LlamaLlm:
             if self._owner == session_id:
                 self._owner = None
 
+    def clear_context(self) -> None:
+        """Empty the KV cache and the saved states: the next request prefills from scratch
+        (what every turn would cost without reuse; the benchmark's baseline)."""
+        with self._lock, self._state_lock:
+            self.states = StateCache(self.states.max_bytes)
+            self._owner = None
+            self._llm.reset()
+            self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+
     # -- generation ---------------------------------------------------------
 
     def _prefill(

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.config import Config
+from tests.unit.conversation.harness import (
+    FRAME,
+    Call,
+    W,
+    assert_causal_stages,
+    others_running,
+    silence,
+    speech,
+)
+from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
 from voxpipe.conversation.events import (
     AudioOut,
     ErrorEvent,
-    Event,
+    PlaybackClear,
     ResponseDone,
     ResponseTextDelta,
     SpeechStarted,
@@ -26,148 +32,25 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
-from voxpipe.conversation.session import Runners, Services, Session
-from voxpipe.engines.base import Engines
-from voxpipe.engines.runner import EngineRunner
-from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.timeline import STAGES
-from voxpipe.observability.turn_log import TurnLog
-
-W = 512  # the fake VAD's window: 32 ms at 16 kHz
-RATE = 16000
-FRAME = 320  # 20 ms, what a phone sends
-LEAD_MS = 50
-
-E = TypeVar("E", bound=Event)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
-
-
-class Call:
-    """One session on fake engines, with everything it sent, in order."""
-
-    def __init__(
-        self,
-        stt: FakeStt | None = None,
-        llm: FakeLlm | None = None,
-        tts: FakeTts | None = None,
-        output_rate: int = RATE,
-    ) -> None:
-        self.config = Config.load(audio={"playback_lead_ms": LEAD_MS})
-        self.stt, self.llm, self.tts = stt or FakeStt(), llm or FakeLlm(), tts or FakeTts()
-        self.metrics = Metrics()
-        runners = Runners(
-            *(EngineRunner(name, observer=self.metrics) for name in ("vad", "stt", "llm", "tts"))
-        )
-        self.services = Services(
-            self.config,
-            Engines(FakeVad(), self.stt, self.llm, self.tts),
-            runners,
-            self.metrics,
-            TurnLog(None),
-        )
-        self.sent: list[Event | AudioOut] = []
-        self.session = Session("call-1", self.services, self._event, self._audio, RATE, output_rate)
-
-    async def _event(self, event: Event) -> None:
-        self.sent.append(event)
-
-    async def _audio(self, frame: AudioOut) -> None:
-        self.sent.append(frame)
-
-    async def push(self, audio: np.ndarray, frame: int = FRAME) -> None:
-        pcm = float_to_pcm16(audio)
-        for start in range(0, len(pcm), 2 * frame):
-            await self.session.push_audio(pcm[start : start + 2 * frame])
-
-    async def say(self, loud_windows: int = 12, silence_windows: int = 30) -> None:
-        """Some speech, then enough silence to end the turn (silence_ms = 16 windows)."""
-        await self.push(speech(loud_windows))
-        await self.push(silence(silence_windows))
-
-    def of(self, kind: type[E], turn_id: int | None = None) -> list[E]:
-        return [
-            e
-            for e in self.sent
-            if isinstance(e, kind) and (turn_id is None or getattr(e, "turn_id", None) == turn_id)
-        ]
-
-    def frames(self, turn_id: int | None = None) -> list[AudioOut]:
-        return [
-            a
-            for a in self.sent
-            if isinstance(a, AudioOut) and (turn_id is None or a.turn_id == turn_id)
-        ]
-
-    def done(self, turn_id: int) -> ResponseDone | None:
-        found = self.of(ResponseDone, turn_id)
-        return found[0] if found else None
-
-    def index(self, match: Callable[[Event | AudioOut], bool]) -> int:
-        return next(i for i, e in enumerate(self.sent) if match(e))
-
-    async def until(self, condition: Callable[[], object], within_s: float = 2.0) -> None:
-        deadline = time.monotonic() + within_s
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out; sent so far: {self.kinds()}"
-            await asyncio.sleep(0.005)
-
-    async def idle(self) -> None:
-        await asyncio.wait_for(self.session.wait_idle(), 3)
-
-    def kinds(self) -> list[str]:
-        return ["audio" if isinstance(e, AudioOut) else e.type for e in self.sent]
-
-    def counted(self, status: str) -> float | None:
-        return self.metrics.registry.get_sample_value("voxpipe_turns_total", {"status": status})
-
-
-def speech(windows: int) -> np.ndarray:
-    return np.full(windows * W, 0.5, np.float32)
-
-
-def silence(windows: int) -> np.ndarray:
-    return np.zeros(windows * W, np.float32)
-
-
-@pytest.fixture
-async def make_call() -> AsyncIterator[Callable[..., Call]]:
-    calls: list[Call] = []
-
-    def make(**kwargs: Any) -> Call:
-        call = Call(**kwargs)
-        calls.append(call)
-        return call
-
-    yield make
-    for call in calls:
-        await call.session.close()
-        call.services.runners.close()
-
-
-def others_running() -> list[asyncio.Task[Any]]:
-    me = asyncio.current_task()
-    return [t for t in asyncio.all_tasks() if t is not me and not t.done()]
 
 
 def assert_monotonic_stages(metrics: dict[str, Any], complete: bool = True) -> None:
+    """Without preemption, the stages come in the order of STAGES."""
     stages = metrics["stages_ms"]
     if complete:
         assert list(stages) == list(STAGES), f"missing: {set(STAGES) - set(stages)}"
     values = list(stages.values())
     assert values == sorted(values), stages
-    assert stages["speech_end"] == 0.0
+    assert_causal_stages(metrics)
 
 
-async def test_a_turn_from_speech_to_reply(make_call: Callable[..., Call]) -> None:
+@pytest.mark.parametrize("preempt_ms", [200, None], ids=["preempted", "plain"])
+async def test_a_turn_from_speech_to_reply(
+    make_call: Callable[..., Call], preempt_ms: int | None
+) -> None:
     llm = FakeLlm(["Sure", " thing", ",", " I", " can", " help", "."])
-    call = make_call(stt=FakeStt("hello there"), llm=llm)
+    call = make_call(stt=FakeStt("hello there"), llm=llm, turn={"preempt_ms": preempt_ms})
     await call.push(silence(10))
     await call.say(loud_windows=12, silence_windows=30)
     await call.idle()
@@ -205,10 +88,19 @@ async def test_a_turn_from_speech_to_reply(make_call: Callable[..., Call]) -> No
     assert last_audio < call.index(lambda e: isinstance(e, ResponseDone))
 
     done = call.done(1)
-    assert done == ResponseDone(1, "completed", "Sure thing, I can help.", 200.0, 1, 10, "")
+    assert done == ResponseDone(
+        1, "completed", "Sure thing, I can help.", 200.0, 1, 10, "", "Sure thing, I can help."
+    )
     (metrics,) = call.of(TurnMetrics)
     assert metrics.turn_id == 1
-    assert_monotonic_stages(metrics.metrics)
+    assert list(metrics.metrics["stages_ms"]) == list(STAGES)
+    if preempt_ms is None:
+        assert_monotonic_stages(metrics.metrics)
+    else:  # STT and LLM began in the pause, maybe before eot; the audio waited for it
+        assert_causal_stages(metrics.metrics)
+    assert metrics.metrics["preempted"] is (preempt_ms is not None)
+    assert call.session.counts["preempt_used"] == (preempt_ms is not None)
+    assert call.session.counts["preempt_wasted"] == 0
     assert metrics.metrics["status"] == "completed"
     assert metrics.metrics["transcript"] == "hello there"
     assert metrics.metrics["first_clause"] == "Sure thing,"
@@ -253,10 +145,20 @@ async def test_sequence_numbers_keep_increasing_across_turns(
     assert [m.content for m in call.llm.calls[1][1:]] == ["one", "Hello there.", "two"]
 
 
-async def test_a_new_user_turn_cancels_a_long_reply(make_call: Callable[..., Call]) -> None:
+def is_word_prefix(prefix: str, text: str) -> bool:
+    words = prefix.split()
+    return text.split()[: len(words)] == words
+
+
+@pytest.mark.parametrize("preempt_ms", [200, None], ids=["preempted", "plain"])
+async def test_a_new_user_turn_interrupts_a_long_reply(
+    make_call: Callable[..., Call], preempt_ms: int | None
+) -> None:
     long_reply = ["word "] * 100
     llm = FakeLlm(long_reply, ["Okay", "."], delay_s=0.01)
-    call = make_call(stt=FakeStt("tell me a story", "stop"), llm=llm)
+    call = make_call(
+        stt=FakeStt("tell me a story", "stop"), llm=llm, turn={"preempt_ms": preempt_ms}
+    )
     await call.say()
     await call.until(lambda: call.frames(1))
     started = time.monotonic()
@@ -266,23 +168,40 @@ async def test_a_new_user_turn_cancels_a_long_reply(make_call: Callable[..., Cal
 
     first, second = call.done(1), call.done(2)
     assert first is not None and second is not None
-    assert first.status == "cancelled" and first.reason == "superseded by a new user turn"
+    assert first.status == "interrupted" and first.reason == "the caller spoke over the reply"
+    assert first.generated_text and is_word_prefix(first.text, first.generated_text)
+    assert first.heard_ms is not None and first.heard_ms <= first.audio_ms
     assert second.status == "completed" and second.text == "Okay."
     assert llm.yielded[0] < len(long_reply)  # the LLM itself stopped, not just its reader
     assert llm.running == 0 and call.tts.running == 0
+    assert call.session.counts["interruptions"] == 1
 
-    # Turn 1 is over (done + metrics) before turn 2 is answered; no turn-1 audio after it.
+    # The client was told to drop its buffer; no turn-1 audio after that, and turn 1 is over
+    # (done + metrics) before turn 2 is answered.
+    (clear,) = call.of(PlaybackClear)
+    assert clear == PlaybackClear(1, first.last_seq)
+    assert all(call.sent.index(f) < call.sent.index(clear) for f in call.frames(1))
+    assert call.index(lambda e: e == clear) < call.index(lambda e: e == first)
     assert call.index(lambda e: e == first) < call.index(
         lambda e: isinstance(e, Transcript) and e.turn_id == 2
     )
-    assert all(call.sent.index(f) < call.sent.index(first) for f in call.frames(1))
     seqs = [f.seq for f in call.frames()]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert first.last_seq == call.frames(1)[-1].seq
     (metrics1,) = [m for m in call.of(TurnMetrics) if m.turn_id == 1]
-    assert metrics1.metrics["status"] == "cancelled"
-    assert_monotonic_stages(metrics1.metrics, complete=False)
-    assert call.counted("cancelled") == 1 and call.counted("completed") == 1
+    assert metrics1.metrics["status"] == "interrupted"
+    assert metrics1.metrics["reply"] == first.text
+    assert_causal_stages(metrics1.metrics)
+    assert call.counted("interrupted") == 1 and call.counted("completed") == 1
+
+    # The history keeps what the caller heard of turn 1, not what was generated.
+    heard = [("assistant", first.text)] if first.text else []
+    assert [(m.role, m.content) for m in call.session.history.turns] == [
+        ("user", "tell me a story"),
+        *heard,
+        ("user", "stop"),
+        ("assistant", "Okay."),
+    ]
 
 
 async def test_close_during_a_reply_cancels_it_and_leaves_nothing_running(
