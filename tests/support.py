@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from voxpipe.bench.server_process import ServerProcess
+from voxpipe.clients.native_client import NativeClient
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
@@ -48,3 +51,15 @@ def wait_ready(server: ServerProcess, timeout_s: float = 300) -> None:
 
 def stop_server(server: ServerProcess) -> None:
     server.stop()
+
+
+async def history_of(client: NativeClient) -> dict[str, Any]:
+    """Ask the server for the conversation as the LLM will see it next turn."""
+    before = len(client.events)
+    await client.send_raw(json.dumps({"type": "history.get"}))
+
+    def probe() -> dict[str, Any] | None:
+        return next((e for e in client.events[before:] if e["type"] == "history"), None)
+
+    result: dict[str, Any] = await client.wait_for(probe, 10)
+    return result

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import jiwer
 import numpy as np
 import pytest
 
-from tests.support import CARDS, RunningServer, librivox_clips
+from tests.support import CARDS, RunningServer, history_of, librivox_clips
 from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import NativeClient, speech_end_sample
 
@@ -38,14 +37,6 @@ def _trimmed(path: object) -> np.ndarray:
     return audio[_speech_start(audio, rate) : speech_end_sample(audio, rate)]
 
 
-async def _history(client: NativeClient) -> dict[str, object]:
-    before = len(client.events)
-    await client.send_raw(json.dumps({"type": "history.get"}))
-    return await client.wait_for(
-        lambda: next((e for e in client.events[before:] if e["type"] == "history"), None), 10
-    )
-
-
 async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: RunningServer) -> None:
     clips = librivox_clips()
     ask, interrupt = read_wav(clips[1].path), read_wav(clips[4].path)
@@ -63,7 +54,7 @@ async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: Running
             else None,
             60,
         )  # fmt: skip
-        history = await _history(client)
+        history = await history_of(client)
 
     assert first.status == "interrupted"
     clear = [e for e in first.events if e["type"] == "playback.clear"]

@@ -137,7 +137,6 @@ class Session:
     async def _on_window(self, prob: float, event: TurnEvent | None) -> None:
         cfg, detector = self.turn_config, self._detector
         if event is not None and event.kind is TurnEventKind.SPEECH_STARTED:
-            self.summarizer.pause()
             reply = self._speaking_reply()
             self._overlap = reply is not None and cfg.interrupt
             if reply is not None and self._overlap:  # hold the audio first, then tell the client
@@ -222,6 +221,8 @@ class Session:
             self.services.metrics.preemptions.labels("wasted").inc()
 
     def _new_reply(self, timeline: TurnTimeline, audio: np.ndarray, held: bool) -> Reply:
+        # A summary may run while the caller speaks; the reply needs the LLM after its STT.
+        self.summarizer.pause()
         return Reply(
             self.ctx,
             timeline,

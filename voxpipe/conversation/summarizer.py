@@ -4,8 +4,9 @@ After a reply whose prompt passed ``llm.summarize_after_tokens``, the LLM
 condenses all but the last ``llm.keep_recent_messages`` messages (and any
 earlier summary) into a few sentences, then pre-fills the new, shorter
 prompt into the call's KV cache, so the next turn adds only its own tokens.
-Both run on the LLM's thread between turns and are cancellable: when the
-caller starts speaking, the work stops and is retried after the next reply.
+Both run on the LLM's thread between turns and are cancellable: when the next reply
+starts (the caller paused or finished), the work stops within one prefill batch
+and is retried after that reply.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Summarizer:
         return self._task is not None and not self._task.done()
 
     def pause(self) -> None:
-        """The caller is speaking: the LLM is needed for the reply; try again later."""
+        """A reply is starting and will need the LLM after its STT: stop; retry later."""
         self._cancel.cancel()
 
     async def _run(self, cancel: CancelToken) -> None:

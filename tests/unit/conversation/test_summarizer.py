@@ -59,7 +59,7 @@ async def test_a_long_prompt_condenses_the_oldest_turns(make_call: Callable[...,
     assert history.summarized_messages == 4
 
 
-async def test_the_caller_speaking_pauses_the_summary(make_call: Callable[..., Call]) -> None:
+async def test_the_next_reply_pauses_the_summary(make_call: Callable[..., Call]) -> None:
     long_summary = ["word "] * 200
     llm = FakeLlm(summary=long_summary, summary_delay_s=0.01)  # two seconds of summary
     call = make_call(stt=FakeStt("one", "two", "three"), llm=llm, llm_config=SMALL)
@@ -70,7 +70,9 @@ async def test_the_caller_speaking_pauses_the_summary(make_call: Callable[..., C
     summarizer = call.session.summarizer
     assert summarizer.busy
 
-    await call.push(speech(12))  # the caller starts the next turn
+    await call.push(speech(12))  # the caller speaks: the LLM is idle, the summary goes on
+    assert summarizer.busy
+    await call.push(silence(8))  # a pause: a (held) reply starts and will need the LLM
     await call.until(lambda: not summarizer.busy, within_s=0.3)
     assert llm.summary_yielded[0] < len(long_summary) and llm.running == 0
     assert llm.prefills == []
