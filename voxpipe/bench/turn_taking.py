@@ -55,21 +55,26 @@ async def _audible_turn(client: NativeClient, turn_id: int) -> TurnResult:
 
 
 async def barge_in(url: str, script: Script, count: int) -> dict[str, Any]:
-    """Ask, listen 0.8-2.0 s, ask the next question over the reply; ``count`` times."""
+    """``count`` calls: ask for a story, listen 0.8-2.0 s, talk over it with the next question.
+
+    A fresh call each time, so every reply is a long one (a 0.5B model's stories get shorter
+    as its context fills with interruptions)."""
     rng = random.Random(7)
     phases = ("pause_ms", "decide_ms", "stop_ms", "cancel_ms")
     server: dict[str, list[float]] = {k: [] for k in phases}
     client_stop: list[float] = []
-    async with NativeClient(url) as client:
-        await client.connect(instructions=STORYTELLER)
-        client.say(*script[0][1:])
-        turn_id = 1
-        while len(client_stop) < count:
-            turn = await _audible_turn(client, turn_id)
-            if not turn.complete.is_set():
-                await asyncio.sleep(rng.uniform(0.8, 2.0))
-            utterance = client.say(*script[turn_id % len(script)][1:])
-            await _complete_turn(client, turn_id, 60)
+    attempts = 0
+    while len(client_stop) < count and attempts < 2 * count:
+        attempts += 1
+        async with NativeClient(url) as client:
+            await client.connect(instructions=STORYTELLER)
+            client.say(*script[attempts % len(script)][1:])
+            turn = await _audible_turn(client, 1)
+            if turn.complete.is_set():
+                continue  # the reply was over before it could be interrupted
+            await asyncio.sleep(rng.uniform(0.8, 2.0))
+            utterance = client.say(*script[(attempts + 1) % len(script)][1:])
+            await _complete_turn(client, 1, 60)
             if turn.status == "interrupted":
                 # From the first frame of speech (not the clip's leading silence) to the last
                 # reply audio that reached the caller.
@@ -78,10 +83,10 @@ async def barge_in(url: str, script: Script, count: int) -> dict[str, Any]:
                 for key, value in turn.metrics.get("barge_in", {}).items():
                     if value is not None:
                         server[key].append(value)
-            turn_id += 1
-        await _complete_turn(client, turn_id, 90)
+            # Hang up without waiting for the answer to the interruption (a cancel too).
     return {
         "interruptions": len(client_stop),
+        "attempts": attempts,
         "server_ms": {k: summarize(v) for k, v in server.items()},
         "client_last_audio_ms": summarize(client_stop),
     }
