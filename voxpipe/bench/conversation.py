@@ -143,14 +143,26 @@ def report(
     compute = {c: summarize(t["server"]["compute_ms"].get(c) for t in ok) for c in COMPUTES}
     queue = {q: summarize(t["server"]["queue_ms"].get(q) for t in ok) for q in ("stt", "llm")}
 
+    preempt = config.turn.preempt_ms
+
+    def critical_path(t: dict[str, Any], c: dict[str, float]) -> float:
+        """The waits and computes the first reply audio cannot come before. Without
+        preemption: the end-of-turn silence, then STT, LLM to the first clause, TTS of it.
+        With it, the computes start after ``preempt_ms`` and overlap the rest of the silence."""
+        computes = c["stt"] + c["llm_first_clause"] + c["tts_first"]
+        if t["server"].get("preempted") and preempt is not None:
+            return max(float(silence), preempt + computes)
+        return silence + computes
+
+    # Overhead is taken on the server's clock (its speech_end is where the VAD heard the last
+    # speech window; the client's energy-based end of speech is a little later).
     def overhead(t: dict[str, Any]) -> float:
-        c = t["server"]["compute_ms"]
-        critical = silence + c["stt"] + c["llm_first_clause"] + c["tts_first"]
-        return float(t["client_v2v_ms"] - critical)
+        v2v = t["server"]["voice_to_voice_ms"]
+        return float(v2v - critical_path(t, t["server"]["compute_ms"]))
 
     iso_rows = isolated["per_turn"]
     iso_overhead = [
-        t["client_v2v_ms"] - (silence + r["stt"] + r["llm_first_clause"] + r["tts_first"])
+        t["server"]["voice_to_voice_ms"] - critical_path(t, r)
         for t, r in zip(turns, iso_rows, strict=True)
         if t in ok
     ]
@@ -181,6 +193,7 @@ def report(
         "silence_ms": silence,
         "ready_after_start_s": round(ready_s, 1),
         "voice_to_voice_ms": summarize(v2v),
+        "server_voice_to_voice_ms": summarize(t["server"]["voice_to_voice_ms"] for t in ok),
         "stages_ms": stage,
         "compute_ms": compute,
         "queue_ms": queue,
@@ -201,7 +214,8 @@ def render(summary: dict[str, Any]) -> str:
         f"of real speech, {summary['completed_turns']} completed; end-of-turn silence "
         f"{summary['silence_ms']} ms; server ready {summary['ready_after_start_s']} s after start",
         "",
-        table([("voice-to-voice (client)", summary["voice_to_voice_ms"])]),
+        table([("voice-to-voice (client)", summary["voice_to_voice_ms"]),
+               ("voice-to-voice (server)", summary["server_voice_to_voice_ms"])]),
         "",
         "server stages, from the end of the caller's speech:",
         table([(s, summary["stages_ms"][s]) for s in STAGES]),
@@ -213,7 +227,8 @@ def render(summary: dict[str, Any]) -> str:
         "isolated engine compute on the same inputs:",
         table([(k, v) for k, v in summary["isolated_compute_ms"].items()]),
         "",
-        "pipeline overhead = v2v - silence - (stt + llm to first clause + tts first chunk):",
+        "pipeline overhead = server v2v - critical path (silence + stt + llm to first clause +"
+        " tts first chunk; preempted turns: max(silence, preempt_ms + those computes)):",
         table([("overhead (server computes)", summary["overhead_ms"]),
                ("overhead (isolated computes)", summary["overhead_vs_isolated_ms"])]),
         "",
