@@ -150,10 +150,6 @@ class Reply:
     def active(self) -> bool:
         return not self.task.done() and not self.cancel.cancelled
 
-    @property
-    def confirmed(self) -> bool:
-        return not self.held
-
     def _update_sendable(self) -> None:
         if self.cancel.cancelled or (not self.held and not self._paused):
             self._sendable.set()
@@ -265,7 +261,7 @@ class Reply:
         cfg = self.ctx.services.config
         services = self.ctx.services
         tl, cancel, turn_id = self.timeline, self.cancel, self.turn_id
-        clauses: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue(maxsize=64)
+        clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
         frames: asyncio.Queue[bytes | None] = asyncio.Queue(
             maxsize=max(1, cfg.audio.outbound_buffer_ms // cfg.audio.out_frame_ms)
         )
@@ -286,7 +282,7 @@ class Reply:
                 if llm_clock.started_ns:
                     first_clause_ns = tl.marks_ns["first_clause"] - llm_clock.started_ns
                     tl.compute_s["llm_first_clause"] = first_clause_ns / 1e9
-            await clauses.put((clause, len(self.generated)))
+            await clauses.put(clause)
 
         async def think() -> None:
             chunker = ClauseChunker(cfg.chunker)
@@ -318,10 +314,9 @@ class Reply:
             resampler = StreamResampler(engine.sample_rate, self.ctx.output_rate)
             framer = _Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
             try:
-                while (item := await clauses.get()) is not None:
+                while (clause := await clauses.get()) is not None:
                     if cancel.cancelled:
                         continue
-                    clause, _ = item
                     clock = JobClock()
                     if not spoken:
                         llm_gate.clear()
