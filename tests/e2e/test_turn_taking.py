@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import CARDS, RunningServer, history_of, librivox_clips
 from voxpipe.audio.pcm import read_wav
-from voxpipe.clients.native_client import NativeClient, speech_end_sample
+from voxpipe.clients.native_client import NativeClient, speech_end_sample, speech_start_sample
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +26,10 @@ def _norm(text: str) -> str:
     return jiwer.RemovePunctuation()(text.lower().replace("-", " ")).strip()
 
 
-def _speech_start(audio: np.ndarray, rate: int) -> int:
-    reversed_end = speech_end_sample(audio[::-1].copy(), rate)
-    return audio.shape[0] - reversed_end
-
-
 def _trimmed(path: object) -> np.ndarray:
     audio, rate = read_wav(path)  # type: ignore[arg-type]
     assert rate == 16000
-    return audio[_speech_start(audio, rate) : speech_end_sample(audio, rate)]
+    return audio[speech_start_sample(audio, rate) : speech_end_sample(audio, rate)]
 
 
 async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: RunningServer) -> None:

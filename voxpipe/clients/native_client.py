@@ -46,6 +46,11 @@ def speech_end_sample(audio: np.ndarray, rate: int, floor_db: float = 35.0) -> i
     return int((loud[-1] + 1) * frame) if loud.size else audio.shape[0]
 
 
+def speech_start_sample(audio: np.ndarray, rate: int, floor_db: float = 35.0) -> int:
+    """The first sample of the first 20 ms frame within ``floor_db`` of the loudest frame."""
+    return audio.shape[0] - speech_end_sample(audio[::-1].copy(), rate, floor_db)
+
+
 @dataclass
 class TurnResult:
     turn_id: int = 0
@@ -237,7 +242,7 @@ class NativeClient:
         pcm = float_to_pcm16(audio)
         chunks = [pcm[i : i + frame * 2] for i in range(0, len(pcm), frame * 2)]
         speech_end = speech_end_sample(audio, self.input_rate)
-        speech_start = audio.shape[0] - speech_end_sample(audio[::-1].copy(), self.input_rate)
+        speech_start = speech_start_sample(audio, self.input_rate)
         base = self._frames_sent + len(self._line)
         utt = Utterance(
             frames=len(chunks),

@@ -127,6 +127,12 @@ class NativeConnection:
     async def error(self, code: ErrorCode, message: str) -> None:
         await self.send_event(ErrorEvent.of(code, message))
 
+    async def _started(self, what: str) -> Session | None:
+        """The session, or None after telling the client ``what`` needs session.start first."""
+        if self.session is None:
+            await self.error(ErrorCode.NOT_STARTED, f"send session.start before {what}")
+        return self.session
+
     # -- receiving ----------------------------------------------------------
 
     async def run(self) -> None:
@@ -164,10 +170,10 @@ class NativeConnection:
                 f"binary message of {len(data)} bytes exceeds {self.cfg.server.max_message_bytes}",
             )
             return
-        if self.session is None:
-            await self.error(ErrorCode.NOT_STARTED, "send session.start before audio")
+        session = await self._started("audio")
+        if session is None:
             return
-        rate = self.session.input_sample_rate
+        rate = session.input_sample_rate
         max_bytes = rate * self.cfg.audio.max_frame_ms // 1000 * 2
         if not data or len(data) % 2 or len(data) > max_bytes:
             await self.error(
@@ -176,7 +182,7 @@ class NativeConnection:
                 f"{max_bytes} ({self.cfg.audio.max_frame_ms} ms at {rate} Hz); got {len(data)}",
             )
             return
-        await self.session.push_audio(data)
+        await session.push_audio(data)
 
     async def _on_text(self, text: str) -> str | None:
         if len(text.encode()) > self.cfg.server.max_message_bytes:
@@ -205,10 +211,8 @@ class NativeConnection:
         elif kind == "playback.ack":
             await self._ack(payload)
         elif kind == "history.get":
-            if self.session is None:
-                await self.error(ErrorCode.NOT_STARTED, "send session.start before history.get")
-            else:
-                await self.send_event(self.session.history_snapshot())
+            if (session := await self._started("history.get")) is not None:
+                await self.send_event(session.history_snapshot())
         elif kind == "session.end":
             return "end"
         else:
@@ -216,15 +220,15 @@ class NativeConnection:
         return None
 
     async def _ack(self, payload: dict[str, Any]) -> None:
-        if self.session is None:
-            await self.error(ErrorCode.NOT_STARTED, "send session.start before playback.ack")
+        session = await self._started("playback.ack")
+        if session is None:
             return
         try:
             ack = PlaybackAck.model_validate(payload)
         except ValidationError as exc:
             await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {_describe(exc)}")
             return
-        if not self.session.playback_ack(ack.seq):
+        if not session.playback_ack(ack.seq):
             await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
 
     def _check_rate(self, rate: int | None, default: int) -> int:
@@ -282,16 +286,16 @@ class NativeConnection:
         )
 
     async def _update(self, payload: dict[str, Any]) -> None:
-        if self.session is None:
-            await self.error(ErrorCode.NOT_STARTED, "send session.start before session.update")
+        session = await self._started("session.update")
+        if session is None:
             return
         try:
             update = SessionUpdate.model_validate(payload)
-            turn = _merge_turn(self.session.turn_config, update.turn)
+            turn = _merge_turn(session.turn_config, update.turn)
         except ValidationError as exc:
             await self.error(ErrorCode.INVALID_EVENT, f"session.update: {_describe(exc)}")
             return
-        self.session.update_turn_config(turn)
+        session.update_turn_config(turn)
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
 
 
