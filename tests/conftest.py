@@ -9,10 +9,16 @@ import pytest
 from tests.support import RunningServer, start_server, stop_server, wait_ready
 
 
+RESUME_GRACE_S = 3  # dropped connections' sessions expire quickly on the shared server
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One real server on the embedded models for the whole test run."""
-    running = start_server(tmp_path_factory.mktemp("server"))
+    running = start_server(
+        tmp_path_factory.mktemp("server"),
+        env={"VOXPIPE_SERVER__RESUME_GRACE_S": str(RESUME_GRACE_S)},
+    )
     try:
         wait_ready(running)
         yield running

@@ -25,6 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voxpipe.server.app import create_app
+    from voxpipe.server.lifecycle import DrainingServer
 
     config = _config(args)
     logging.basicConfig(
@@ -48,16 +49,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         f"voxpipe: loading and warming models; {url} accepts calls once /readyz is 200", flush=True
     )
-    uvicorn.run(
-        app,
-        host=config.server.host,
-        port=config.server.port,
-        log_level=config.server.log_level,
-        ws_max_size=config.server.max_message_bytes * 4,
-        ws_ping_interval=20,
-        ws_ping_timeout=20,
-        timeout_graceful_shutdown=10,
+    if not config.auth.api_keys:
+        print("voxpipe: authentication is off (no API keys configured)", flush=True)
+    server = DrainingServer(
+        uvicorn.Config(
+            app,
+            host=config.server.host,
+            port=config.server.port,
+            log_level=config.server.log_level,
+            ws_max_size=config.server.max_message_bytes * 4,
+            ws_ping_interval=config.server.heartbeat_s,
+            ws_ping_timeout=config.server.heartbeat_s,
+            timeout_graceful_shutdown=5,
+        ),
+        app.state.voxpipe,
     )
+    server.run()
     return 0
 
 

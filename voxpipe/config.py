@@ -201,6 +201,106 @@ class ServerConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Server log level."
     )
+    heartbeat_s: float = Field(
+        10.0,
+        gt=0,
+        description="WebSocket ping interval; a peer that misses a pong for as long again is "
+        "dead (a quiet caller still answers pings).",
+    )
+    idle_timeout_s: float = Field(
+        300.0, gt=0, description="A call with no caller speech and no reply this long is closed."
+    )
+    max_call_s: float = Field(3600.0, gt=0, description="Longest call; then it is closed.")
+    resume_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="A call whose connection dropped (not hung up) waits this long for a "
+        "reconnect with its session id.",
+    )
+    drain_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="On SIGTERM: stop admitting, let calls finish this long, then close them "
+        "(server_shutdown, close 1001).",
+    )
+
+
+class LimitsConfig(BaseModel):
+    """Admission control and the bounds of every queue and buffer of a call."""
+
+    max_calls: int = Field(
+        4,
+        ge=1,
+        description="Concurrent calls admitted; one more is refused at connect (at_capacity, "
+        "close 1013). Size it with `voxpipe load --find-capacity`.",
+    )
+    engine_queue: int = Field(
+        32,
+        ge=1,
+        description="Jobs that may wait per engine; a job beyond it is rejected (engine_busy). "
+        "Admission keeps the real depth far below.",
+    )
+    inbound_buffer_ms: int = Field(
+        2000,
+        ge=100,
+        description="Caller audio waiting for the VAD; on overflow the oldest audio is dropped "
+        "and counted.",
+    )
+    send_buffer_ms: int = Field(
+        5000,
+        ge=200,
+        description="Reply audio (and events) sent but not yet taken by the client's socket; a "
+        "client that stops reading past this is closed (slow_consumer, close 4002).",
+    )
+    replay_buffer_ms: int = Field(
+        10000,
+        ge=0,
+        description="Reply audio kept after sending, so a reconnecting client can ask for what it "
+        "missed.",
+    )
+
+
+class DeadlineConfig(BaseModel):
+    """Per-stage deadlines of a turn, from the end of the caller's speech; misses are counted."""
+
+    stt_ms: int = Field(1000, ge=50, description="Transcript due.")
+    llm_first_token_ms: int = Field(
+        1400,
+        ge=50,
+        description="First LLM token due; on a miss the agent says the filler so the caller is "
+        "not left in silence.",
+    )
+    tts_first_chunk_ms: int = Field(1800, ge=50, description="First reply audio due.")
+    turn_s: float = Field(
+        30.0, gt=0, description="A reply still running this long after the turn is cancelled."
+    )
+    filler: str = Field(
+        "One moment.", description="Said when the first token is late; empty = stay silent."
+    )
+
+
+class AuthConfig(BaseModel):
+    """Authentication at connect; off while no API key is configured."""
+
+    api_keys: list[str] = Field(
+        default_factory=list,
+        description="Accepted API keys (Authorization: Bearer KEY, ?api_key=KEY, or the "
+        "openai-insecure-api-key.KEY subprotocol). Empty = no authentication.",
+    )
+    token_secret: str | None = Field(
+        None,
+        description="HMAC secret for short-lived browser tokens (POST /v1/tokens); default: "
+        "derived from the first API key.",
+    )
+    token_ttl_s: int = Field(300, ge=10, le=86400, description="Lifetime of an issued token.")
+
+
+class StoreConfig(BaseModel):
+    """Where calls, transcripts, per-turn metrics and session state are kept."""
+
+    path: Path | None = Field(
+        Path("var/voxpipe.sqlite3"), description="SQLite database file; None = keep nothing."
+    )
 
 
 class Config(BaseSettings):
@@ -216,6 +316,10 @@ class Config(BaseSettings):
     chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
     audio: AudioConfig = Field(default_factory=AudioConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    deadlines: DeadlineConfig = Field(default_factory=DeadlineConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
     @classmethod
     def load(cls, path: Path | None = None, **overrides: Any) -> Config:

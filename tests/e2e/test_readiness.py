@@ -72,7 +72,7 @@ async def test_calls_wait_for_warm_models(tmp_path: Path) -> None:
             await asyncio.to_thread(wait_ready, running)
             ready = await http.get("/readyz")
             assert ready.status_code == 200
-            assert ready.json() == {"status": "ready"}
+            assert ready.json() == {"status": "ready", "calls": 0}
             metrics = (await http.get("/metrics")).text
             assert metric_value(metrics, "voxpipe_ready") == 1
 

@@ -115,6 +115,9 @@ class _Playback:
         return max(0.0, self.ends_at - time.monotonic())
 
 
+RESEND_FRAMES = 1500  # 30 s of 20 ms frames kept for a resend after a reconnect
+
+
 class NativeClient:
     def __init__(
         self, url: str, frame_ms: int = 20, input_rate: int = 16000, ack_ms: int | None = None
@@ -131,6 +134,8 @@ class NativeClient:
         self.turns: dict[int, TurnResult] = {}
         self.playback = _Playback()
         self.audio_after_clear: list[int] = []  # seqs of a cleared turn that still arrived
+        self.duplicate_frames: list[int] = []  # seqs received twice (must stay empty)
+        self.duplicate_events: list[int] = []
         self._ws: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._line: deque[bytes] = deque()
@@ -139,6 +144,13 @@ class NativeClient:
         self._frames_sent = 0
         self._cleared: dict[int, int] = {}  # turn_id -> last_seq at clear
         self._changed = asyncio.Event()
+        # Resume after a dropped connection: where the client is, and recent audio to resend.
+        self.last_event_id = 0
+        self.last_audio_seq = 0
+        self.resumes: list[dict[str, Any]] = []
+        self._sent_samples = 0
+        self._recent: deque[tuple[int, bytes]] = deque(maxlen=RESEND_FRAMES)
+        self._resend: deque[bytes] = deque()
 
     async def __aenter__(self) -> NativeClient:
         return self
@@ -149,16 +161,44 @@ class NativeClient:
     # -- connection -----------------------------------------------------------
 
     async def connect(self, **start: Any) -> dict[str, Any]:
-        self._ws = await websockets.connect(self.url, max_size=4 << 20, open_timeout=30)
-        await self._ws.send(
-            json.dumps({"type": "session.start", "input_sample_rate": self.input_rate, **start})
-        )
-        started = json.loads(await asyncio.wait_for(self._ws.recv(), 30))
-        if started.get("type") != "session.started":
-            raise RuntimeError(f"session.start refused: {started}")
+        self._start = start
+        started = await self._open(self.url, start)
         self.started = started
         self.session_id = started["session_id"]
         self.output_rate = started["output_sample_rate"]
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._send_line())]
+        return started
+
+    async def _open(self, url: str, start: dict[str, Any]) -> dict[str, Any]:
+        self._ws = await websockets.connect(url, max_size=4 << 20, open_timeout=30)
+        await self._ws.send(
+            json.dumps({"type": "session.start", "input_sample_rate": self.input_rate, **start})
+        )
+        started: dict[str, Any] = json.loads(await asyncio.wait_for(self._ws.recv(), 30))
+        if started.get("type") != "session.started":
+            raise RuntimeError(f"session.start refused: {started}")
+        self.last_event_id = started.get("event_id", self.last_event_id)
+        return started
+
+    async def drop(self) -> None:
+        """Lose the connection the way a network does: no close frame, no session.end."""
+        await self._stop_tasks()
+        self._ws.transport.abort()
+        with contextlib.suppress(Exception):
+            await self._ws.wait_closed()
+
+    async def reconnect(self) -> dict[str, Any]:
+        """Resume the same session on a new connection; missed events and frames come
+        again, and the audio the server did not get is resent ahead of the live line."""
+        sep = "&" if "?" in self.url else "?"
+        resume = {"last_event_id": self.last_event_id, "last_audio_seq": self.last_audio_seq}
+        started = await self._open(
+            f"{self.url}{sep}session_id={self.session_id}",
+            {**self._start, "session_id": self.session_id, "resume": resume},
+        )
+        self.resumes.append(started)
+        have = started["input_samples"]
+        self._resend.extend(pcm for offset, pcm in self._recent if offset >= have)
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._send_line())]
         return started
 
@@ -171,6 +211,10 @@ class NativeClient:
         async for message in self._ws:
             if isinstance(message, bytes):
                 seq, turn_id = AUDIO_HEADER.unpack_from(message)
+                if seq <= self.last_audio_seq:
+                    self.duplicate_frames.append(seq)
+                    continue
+                self.last_audio_seq = seq
                 turn = self._turn(turn_id)
                 if turn_id in self._cleared and seq > self._cleared[turn_id]:
                     self.audio_after_clear.append(seq)
@@ -183,6 +227,11 @@ class NativeClient:
                 self.playback.add(seq, len(pcm) / 2 / self.output_rate)
                 continue
             event = json.loads(message)
+            event_id = event.get("event_id", 0)
+            if event_id and event_id <= self.last_event_id:
+                self.duplicate_events.append(event_id)
+                continue
+            self.last_event_id = event_id or self.last_event_id
             self.events.append(event)
             kind = event["type"]
             if kind == "error":
@@ -209,11 +258,15 @@ class NativeClient:
         """One frame per frame period, speech if queued, else silence; plus playback acks."""
         frame_s = self.frame_ms / 1000
         silence = bytes(self.input_rate * self.frame_ms // 1000 * 2)
-        start = time.monotonic()
         last_ack, acked = 0.0, 0
+        while self._resend:  # catching up after a reconnect: as fast as the socket takes it
+            await self._ws.send(self._resend.popleft())
+        start = time.monotonic() - self._frames_sent * frame_s
         while True:
             await asyncio.sleep(max(0.0, start + self._frames_sent * frame_s - time.monotonic()))
             payload = self._line.popleft() if self._line else silence
+            self._recent.append((self._sent_samples, payload))
+            self._sent_samples += len(payload) // 2
             await self._ws.send(payload)
             self._frames_sent += 1
             for utt in self._unsent:
@@ -291,12 +344,16 @@ class NativeClient:
     async def send_raw(self, message: str | bytes) -> None:
         await self._ws.send(message)
 
-    async def close(self) -> None:
+    async def _stop_tasks(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
+        self._tasks = []
+
+    async def close(self) -> None:
+        await self._stop_tasks()
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.send(json.dumps({"type": "session.end"}))

@@ -23,6 +23,16 @@ class ErrorCode(StrEnum):
     ENGINE_BUSY = "engine_busy"
     TURN_FAILED = "turn_failed"
     INTERNAL = "internal_error"
+    UNAUTHORIZED = "unauthorized"
+    AT_CAPACITY = "at_capacity"
+    SHUTTING_DOWN = "server_shutdown"
+    IDLE_TIMEOUT = "idle_timeout"
+    MAX_DURATION = "max_duration"
+    SLOW_CONSUMER = "slow_consumer"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    AUDIO_DROPPED = "audio_dropped"
+    SESSION_REPLACED = "session_replaced"
+    RESUME_FAILED = "resume_failed"
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,16 @@ class SessionStarted(Event):
     out_frame_ms: int
     config: dict[str, Any]
     models: dict[str, str]
+    resumed: bool = False
+    input_samples: int = 0  # on resume: caller audio the server has; resend from there
+    replayed: int = 0  # on resume: missed messages sent again after this one
+
+
+@dataclass(frozen=True)
+class Pong(Event):
+    """Answer to ``ping``: an application-level heartbeat for clients that want one."""
+
+    type: ClassVar[str] = "pong"
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,14 @@ engine job outlives the call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter, deque
 
 import numpy as np
 
+from voxpipe.audio.buffers import JitterBuffer
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
@@ -89,6 +91,9 @@ class Session:
         )
         self.summarizer = Summarizer(session_id, services, self.history)
         self.closed = False
+        self._inbound = JitterBuffer(input_sample_rate, self.cfg.limits.inbound_buffer_ms)
+        self._pump: asyncio.Task[None] | None = None
+        self._last_activity_ns = time.monotonic_ns()
         self.turns: list[dict[str, object]] = []
         self.counts: Counter[str] = Counter()
 
@@ -103,9 +108,37 @@ class Session:
 
     # -- inbound ------------------------------------------------------------
 
+    def feed(self, pcm: bytes) -> None:
+        """Queue inbound PCM16 at the session's input rate; never waits for the VAD."""
+        dropped = self._inbound.put(pcm)
+        if dropped:
+            self.counts["inbound_dropped_ms"] += round(dropped / 2 * 1000 / self.input_sample_rate)
+            self.services.metrics.audio_dropped.labels("inbound", self._inbound.policy).inc(
+                dropped / 2 / self.input_sample_rate
+            )
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._drain_inbound(), name=f"inbound-{self.id}")
+
     async def push_audio(self, pcm: bytes) -> None:
-        """Feed inbound PCM16 at the session's input rate."""
-        arrived = time.monotonic_ns()
+        """Feed inbound PCM16 and wait until the VAD has seen it (tests, simple transports)."""
+        self.feed(pcm)
+        if self._pump is not None:
+            await asyncio.shield(self._pump)
+
+    async def _drain_inbound(self) -> None:
+        age = self.services.metrics.buffer_age.labels("inbound")
+        while not self.closed and len(self._inbound):
+            for chunk in self._inbound.take():
+                age.observe((time.monotonic_ns() - chunk.arrived_ns) / 1e9)
+                await self._process(chunk.pcm, chunk.arrived_ns)
+
+    def idle_s(self, now_ns: int) -> float:
+        """Seconds with neither caller speech nor a reply (the idle timeout's clock)."""
+        if self._detector.in_speech or self._speaking_reply() is not None or self._held:
+            self._last_activity_ns = now_ns
+        return (now_ns - self._last_activity_ns) / 1e9
+
+    async def _process(self, pcm: bytes, arrived: int) -> None:
         audio = self._resampler.process(pcm16_to_float(pcm))
         buf = np.concatenate([self._pending, audio]) if self._pending.size else audio
         n = buf.shape[0] // self._window
@@ -266,6 +299,9 @@ class Session:
     async def close(self) -> None:
         """Cancel the replies in flight and wait until their engine work has stopped."""
         self.closed = self.ctx.closed = True
+        if self._pump is not None and not self._pump.done():
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
         for reply in (self._held, self._reply):
             if reply is not None and not reply.task.done():
                 reply.cancel.cancel()

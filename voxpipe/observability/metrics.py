@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+
+import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from voxpipe.observability.timeline import STAGES, TurnTimeline
@@ -53,7 +58,63 @@ class Metrics:
             buckets=_TOKEN_BUCKETS,
             registry=r,
         )
-        self.active_sessions = Gauge("voxpipe_active_sessions", "Open calls.", registry=r)
+        self.calls = Gauge(
+            "voxpipe_calls",
+            "Calls holding a slot: connected, or detached and waiting for a reconnect.",
+            ["state"],
+            registry=r,
+        )
+        self.refused_calls = Counter(
+            "voxpipe_refused_calls_total",
+            "Calls refused at connect, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.deadline_misses = Counter(
+            "voxpipe_deadline_misses_total",
+            "Turn stages that missed their deadline.",
+            ["stage"],
+            registry=r,
+        )
+        self.fillers = Counter(
+            "voxpipe_fillers_total",
+            "Fillers said because the first LLM token was late.",
+            registry=r,
+        )
+        self.audio_dropped = Counter(
+            "voxpipe_audio_dropped_seconds_total",
+            "Audio dropped by a full buffer, by direction and policy.",
+            ["direction", "policy"],
+            registry=r,
+        )
+        self.buffer_age = Histogram(
+            "voxpipe_buffer_age_seconds",
+            "How long audio waited in a call's buffer: inbound (before the VAD) and outbound "
+            "(before the client's socket took it).",
+            ["direction"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.slow_consumers = Counter(
+            "voxpipe_slow_consumers_total",
+            "Calls closed because the client stopped reading.",
+            registry=r,
+        )
+        self.hangup_cleanup = Histogram(
+            "voxpipe_hangup_cleanup_seconds",
+            "From the end of a call to all of its tasks and engine jobs stopped.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.live_tasks = Gauge(
+            "voxpipe_asyncio_tasks", "asyncio tasks alive in the server process.", registry=r
+        )
+        self.live_threads = Gauge(
+            "voxpipe_threads", "Threads alive in the server process.", registry=r
+        )
+        self.memory = Gauge(
+            "voxpipe_resident_memory_bytes", "Resident memory of the server process.", registry=r
+        )
         self.turns = Counter("voxpipe_turns_total", "Turns by outcome.", ["status"], registry=r)
         self.errors = Counter(
             "voxpipe_errors_total", "Error events sent to clients.", ["code"], registry=r
@@ -75,6 +136,13 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("voxpipe_ready", "1 once all models are loaded and warm.", registry=r)
+
+    def sample_process(self) -> None:
+        """Refresh the process gauges (tasks, threads, memory) before a scrape."""
+        self.live_threads.set(threading.active_count())
+        with contextlib.suppress(RuntimeError):  # no running loop
+            self.live_tasks.set(len(asyncio.all_tasks()))
+        self.memory.set(psutil.Process().memory_info().rss)
 
     def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
         self.engine_queue.labels(engine).observe(queue_s)

@@ -1,4 +1,4 @@
-"""The ASGI app: health, readiness, metrics and the voice endpoint.
+"""The ASGI app: health, readiness, metrics, tokens and one route per transport.
 
 Models load in the background after the process starts, so ``/healthz``
 (liveness) answers at once while ``/readyz`` stays 503 until every engine has
@@ -26,7 +26,11 @@ from voxpipe.engines.loader import load_engines
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
-from voxpipe.transports.native import NativeConnection, refuse_not_ready
+from voxpipe.server.auth import Authenticator, AuthError, Credentials
+from voxpipe.server.calls import CallRegistry
+from voxpipe.server.lifecycle import serve_call
+from voxpipe.transports.base import Transport
+from voxpipe.transports.native import NativeTransport
 
 log = logging.getLogger("voxpipe.server")
 
@@ -40,14 +44,20 @@ class ServerState:
         self.services: Services | None = None
         self.load_error: str | None = None
         self.on_ready: list[Callable[[], None]] = []
+        self.auth = Authenticator(config.auth)
+        self.calls = CallRegistry(config.limits.max_calls, self.metrics)
 
     @property
     def ready(self) -> bool:
-        return self.services is not None
+        """Warm and admitting calls (not draining)."""
+        return self.services is not None and not self.calls.draining
 
     def install(self, engines: Engines) -> None:
         runners = Runners(
-            *(EngineRunner(name, observer=self.metrics) for name in ("vad", "stt", "llm", "tts"))
+            *(
+                EngineRunner(name, self.config.limits.engine_queue, observer=self.metrics)
+                for name in ("vad", "stt", "llm", "tts")
+            )
         )
         self.services = Services(
             config=self.config,
@@ -90,11 +100,12 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
 
     async def readyz(request: Request) -> Response:
         if state.ready:
-            return JSONResponse({"status": "ready"})
-        body = {"status": "failed" if state.load_error else "loading", "error": state.load_error}
-        return JSONResponse(body, status_code=503)
+            return JSONResponse({"status": "ready", "calls": state.calls.load})
+        status = "draining" if state.calls.draining else "failed" if state.load_error else "loading"
+        return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
 
     async def metrics(request: Request) -> Response:
+        state.metrics.sample_process()
         return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def index(request: Request) -> Response:
@@ -107,20 +118,33 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             }
         )
 
-    async def voice(ws: WebSocket) -> None:
-        services = state.services
-        if services is None:
-            await refuse_not_ready(ws, state.metrics)
-            return
-        await NativeConnection(ws, services).run()
+    async def tokens(request: Request) -> Response:
+        """Mint a short-lived token for a browser; the caller proves itself with an API key."""
+        if not state.auth.enabled:
+            return JSONResponse({"error": "authentication is off: no API keys"}, status_code=404)
+        key = Credentials.of(request.headers, {}, []).bearer or ""
+        try:
+            subject = state.auth.check_key(key)
+        except AuthError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=401)
+        token = state.auth.issue(subject)
+        return JSONResponse({"token": token, "expires_in": state.auth.ttl_s})
 
+    def websocket_route(transport: Transport) -> WebSocketRoute:
+        async def endpoint(ws: WebSocket) -> None:
+            await serve_call(ws, transport, state)
+
+        return WebSocketRoute(transport.path, endpoint)
+
+    transports: list[Transport] = [NativeTransport()]
     app = Starlette(
         routes=[
             Route("/", index),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
-            WebSocketRoute("/v1/voice", voice),
+            Route("/v1/tokens", tokens, methods=["POST"]),
+            *(websocket_route(t) for t in transports),
         ],
         lifespan=lifespan,
     )

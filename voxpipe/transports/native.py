@@ -3,6 +3,13 @@
 Decode and encode only: JSON text events and binary PCM16 frames in, typed
 events and sequenced audio frames out. Every malformed message gets a typed
 ``error`` event and the connection carries on; the policy lives in the session.
+
+A call outlives a dropped connection: its session waits ``resume_grace_s`` for
+a ``session.start`` with the same ``session_id`` and a ``resume`` position, then
+gets the events and frames it missed from a bounded replay buffer, and says how
+much caller audio it has, so the client resends the rest. Nothing is said twice
+and nothing is lost. A hang-up (``session.end`` or any clean close) ends the
+call at once.
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ import logging
 import struct
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -24,18 +34,22 @@ from voxpipe.conversation.events import (
     ErrorCode,
     ErrorEvent,
     Event,
+    Pong,
     SessionStarted,
     SessionUpdated,
 )
-from voxpipe.conversation.session import Services, Session
-from voxpipe.observability.metrics import Metrics
+from voxpipe.conversation.services import Services
+from voxpipe.conversation.session import Session
+from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.native")
 
 AUDIO_HEADER = struct.Struct("<II")  # seq, turn_id; then PCM16LE mono
-CLOSE_NORMAL = 1000
-CLOSE_TRY_AGAIN_LATER = 1013  # models not loaded yet
-CLOSE_POLICY = 1008  # no session.start in time
+# A connection that vanished (no close frame, or a missed heartbeat) may come back; any
+# other close, by either side, is a hang-up.
+DROPPED_CODES = (1006, 1011)
+REPLAY_MAX_EVENTS = 4096
 
 
 class TurnOptions(BaseModel):
@@ -50,6 +64,15 @@ class TurnOptions(BaseModel):
     preempt_ms: int | None = Field(None, ge=0, le=5000)  # 0 = off
 
 
+class ResumeFrom(BaseModel):
+    """Where a reconnecting client is: the last event and frame it got."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    last_event_id: int = Field(0, ge=0)
+    last_audio_seq: int = Field(0, ge=0)
+
+
 class SessionStart(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -59,6 +82,7 @@ class SessionStart(BaseModel):
     output_sample_rate: int | None = None
     instructions: str | None = Field(None, max_length=8000)
     turn: TurnOptions | None = None
+    resume: ResumeFrom | None = None
 
 
 class PlaybackAck(BaseModel):
@@ -81,48 +105,135 @@ def _describe(error: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-async def refuse_not_ready(ws: WebSocket, metrics: Metrics) -> None:
-    """Answer a call that arrives before the models are warm, then close (1013)."""
-    await ws.accept()
-    event = ErrorEvent.of(
-        ErrorCode.NOT_READY, "models are still loading; retry when /readyz is 200"
-    )
-    metrics.errors.labels(event.code).inc()
-    await ws.send_text(json.dumps(event.to_dict()))
-    await ws.close(CLOSE_TRY_AGAIN_LATER)
+def error_text(code: ErrorCode, message: str) -> str:
+    return json.dumps(ErrorEvent.of(code, message).to_dict())
+
+
+class NativeTransport:
+    name = "native"
+    path = "/v1/voice"
+
+    def subprotocol(self, ws: WebSocket) -> str | None:
+        return None
+
+    def error_text(self, code: ErrorCode, message: str) -> str | None:
+        return error_text(code, message)
+
+    async def serve(self, ws: WebSocket, call: Call) -> None:
+        await NativeConnection(ws, call).run()
+
+
+@dataclass
+class _Sent:
+    event_id: int  # 0 for audio
+    audio_seq: int  # 0 for events
+    message: str | bytes
+    audio_ms: float
+
+
+class Outbound:
+    """A session's outbound stream, across reconnects: numbers every event, keeps the
+    recent messages for a replay, and hands each to the connection of the moment."""
+
+    def __init__(self, rate: int, replay_ms: int) -> None:
+        self.rate = rate
+        self.replay_ms = replay_ms
+        self.last_event_id = 0
+        self.last_audio_seq = 0
+        self._ring: deque[_Sent] = deque()
+        self._ring_audio_ms = 0.0
+        self.forgotten_event_id = 0  # replay cannot go back past these
+        self.forgotten_audio_seq = 0
+        self.sink: SendBuffer | None = None
+        self.input_samples = 0  # caller audio received, at the session's input rate
+
+    def event(self, event: Event) -> _Sent:
+        self.last_event_id += 1
+        body = {**event.to_dict(), "event_id": self.last_event_id}
+        sent = _Sent(self.last_event_id, 0, json.dumps(body, separators=(",", ":")), 0.0)
+        self._keep(sent)
+        return sent
+
+    def audio(self, frame: AudioOut) -> None:
+        self.last_audio_seq = frame.seq
+        ms = len(frame.pcm) / 2 * 1000 / self.rate
+        self._keep(_Sent(0, frame.seq, AUDIO_HEADER.pack(frame.seq, frame.turn_id) + frame.pcm, ms))
+
+    def _keep(self, sent: _Sent) -> None:
+        self._ring.append(sent)
+        self._ring_audio_ms += sent.audio_ms
+        while self._ring and (
+            self._ring_audio_ms > self.replay_ms or len(self._ring) > REPLAY_MAX_EVENTS
+        ):
+            old = self._ring.popleft()
+            self._ring_audio_ms -= old.audio_ms
+            self.forgotten_event_id = max(self.forgotten_event_id, old.event_id)
+            self.forgotten_audio_seq = max(self.forgotten_audio_seq, old.audio_seq)
+        if self.sink is not None:
+            self.sink.put(sent.message, sent.audio_ms)
+
+    def missed(self, since: ResumeFrom) -> tuple[list[_Sent], bool]:
+        """What a client at ``since`` has not received; False if some of it is gone."""
+        complete = (
+            since.last_event_id >= self.forgotten_event_id
+            and since.last_audio_seq >= self.forgotten_audio_seq
+        )
+        missed = [
+            s
+            for s in self._ring
+            if (s.event_id and s.event_id > since.last_event_id)
+            or (s.audio_seq and s.audio_seq > since.last_audio_seq)
+        ]
+        return missed, complete
 
 
 class NativeConnection:
-    def __init__(self, ws: WebSocket, services: Services) -> None:
+    def __init__(self, ws: WebSocket, call: Call) -> None:
         self.ws = ws
-        self.services = services
-        self.cfg = services.config
+        self.call = call
+        self.services = call.services
+        self.cfg = call.services.config
         self.session: Session | None = None
-        self._send_lock = asyncio.Lock()
-        self._open = True
+        self.outbound: Outbound | None = None
+        self._ending: asyncio.Task[None] | None = None
+        self.sink = SendBuffer(
+            self._write,
+            max_audio_ms=self.cfg.limits.send_buffer_ms,
+            on_overflow=self._slow_consumer,
+            age=self.services.metrics.buffer_age.labels("outbound"),
+        )
 
     # -- sending ------------------------------------------------------------
+
+    async def _write(self, message: str | bytes) -> None:
+        if isinstance(message, str):
+            await self.ws.send_text(message)
+        else:
+            await self.ws.send_bytes(message)
+
+    def _slow_consumer(self) -> None:
+        self.services.metrics.slow_consumers.inc()
+        why = CallEnd(
+            ErrorCode.SLOW_CONSUMER,
+            f"the client stopped reading: over {self.cfg.limits.send_buffer_ms} ms of audio "
+            "waited for its socket",
+            CloseCode.SLOW_CONSUMER,
+        )
+        self._ending = asyncio.get_running_loop().create_task(
+            self.call.end(why), name=f"end-{self.call.id}"
+        )
 
     async def send_event(self, event: Event) -> None:
         if isinstance(event, ErrorEvent):
             self.services.metrics.errors.labels(event.code).inc()
-        await self._send(text=json.dumps(event.to_dict(), separators=(",", ":")))
+        if self.outbound is not None:
+            self.outbound.event(event)
+        else:  # before session.start: not part of any session's stream
+            self.sink.put(json.dumps(event.to_dict(), separators=(",", ":")), 0.0)
 
     async def send_audio(self, frame: AudioOut) -> None:
-        await self._send(data=AUDIO_HEADER.pack(frame.seq, frame.turn_id) + frame.pcm)
-
-    async def _send(self, text: str | None = None, data: bytes | None = None) -> None:
-        if not self._open:
-            return
-        async with self._send_lock:
-            try:
-                if text is not None:
-                    await self.ws.send_text(text)
-                else:
-                    assert data is not None
-                    await self.ws.send_bytes(data)
-            except (WebSocketDisconnect, RuntimeError, OSError):
-                self._open = False  # the peer is gone; the receive loop will see it
+        assert self.outbound is not None
+        self.outbound.audio(frame)
 
     async def error(self, code: ErrorCode, message: str) -> None:
         await self.send_event(ErrorEvent.of(code, message))
@@ -136,8 +247,9 @@ class NativeConnection:
     # -- receiving ----------------------------------------------------------
 
     async def run(self) -> None:
-        await self.ws.accept()
+        writer = asyncio.create_task(self.sink.run(), name=f"send-{self.call.id}")
         deadline = time.monotonic() + self.cfg.server.start_timeout_s
+        hangup = True
         try:
             while True:
                 timeout = None if self.session else max(0.0, deadline - time.monotonic())
@@ -145,23 +257,41 @@ class NativeConnection:
                     message = await asyncio.wait_for(self.ws.receive(), timeout)
                 except TimeoutError:
                     await self.error(ErrorCode.START_TIMEOUT, "no session.start received in time")
-                    await self.ws.close(CLOSE_POLICY)
+                    await self.sink.flush(1.0)
+                    await self.ws.close(CloseCode.POLICY)
                     return
                 if message["type"] == "websocket.disconnect":
+                    hangup = message.get("code", 1000) not in DROPPED_CODES
                     return
                 if message.get("bytes") is not None:
                     await self._on_audio(message["bytes"])
                 elif message.get("text") is not None:
                     if await self._on_text(message["text"]) == "end":
-                        await self.ws.close(CLOSE_NORMAL)
+                        await self.sink.flush(2.0)
+                        await self.ws.close(CloseCode.NORMAL)
                         return
-        except WebSocketDisconnect:
-            return
+        except WebSocketDisconnect as exc:
+            hangup = exc.code not in DROPPED_CODES
         finally:
-            self._open = False
-            if self.session is not None:
-                await self.session.close()
-                self.services.metrics.active_sessions.dec()
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+            await self._leave(hangup)
+
+    async def _leave(self, hangup: bool) -> None:
+        """Hang up, or keep the session for a reconnect after a dropped connection."""
+        session, outbound = self.session, self.outbound
+        if session is None or outbound is None:
+            return
+        if outbound.sink is self.sink:
+            outbound.sink = None
+        ended = self.call.ended
+        replaced = ended is not None and ended.code is ErrorCode.SESSION_REPLACED
+        grace = self.cfg.server.resume_grace_s
+        if replaced or (not hangup and ended is None and grace > 0):
+            log.info("session %s detached; waiting %.0f s for a reconnect", session.id, grace)
+            self.call.registry.detach(session, outbound, grace, _close_session(self.services))
+            return
+        await _close_session(self.services)(session)
 
     async def _on_audio(self, data: bytes) -> None:
         if len(data) > self.cfg.server.max_message_bytes:
@@ -171,7 +301,7 @@ class NativeConnection:
             )
             return
         session = await self._started("audio")
-        if session is None:
+        if session is None or self.outbound is None:
             return
         rate = session.input_sample_rate
         max_bytes = rate * self.cfg.audio.max_frame_ms // 1000 * 2
@@ -182,7 +312,8 @@ class NativeConnection:
                 f"{max_bytes} ({self.cfg.audio.max_frame_ms} ms at {rate} Hz); got {len(data)}",
             )
             return
-        await session.push_audio(data)
+        self.outbound.input_samples += len(data) // 2
+        session.feed(data)
 
     async def _on_text(self, text: str) -> str | None:
         if len(text.encode()) > self.cfg.server.max_message_bytes:
@@ -213,6 +344,8 @@ class NativeConnection:
         elif kind == "history.get":
             if (session := await self._started("history.get")) is not None:
                 await self.send_event(session.history_snapshot())
+        elif kind == "ping":
+            await self.send_event(Pong())
         elif kind == "session.end":
             return "end"
         else:
@@ -256,7 +389,18 @@ class NativeConnection:
         except _BadRate as exc:
             await self.error(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(exc))
             return
+        if start.resume is not None:
+            await self._resume(start, start.resume)
+            return
         session_id = start.session_id or uuid.uuid4().hex
+        if self.call.registry.find_session(session_id):
+            await self.error(
+                ErrorCode.ALREADY_STARTED,
+                f"session {session_id[:64]!r} is live; send resume to take it over",
+            )
+            return
+        self.outbound = Outbound(out_rate, self.cfg.limits.replay_buffer_ms)
+        self.outbound.sink = self.sink
         self.session = Session(
             session_id,
             self.services,
@@ -267,23 +411,70 @@ class NativeConnection:
             turn_config=turn,
             system_prompt=start.instructions,
         )
-        self.services.metrics.active_sessions.inc()
+        self.call.attach(self.session)
+        await self.send_event(self._started_event(self.session))
+
+    def _started_event(self, session: Session, **resumed: Any) -> SessionStarted:
         engines = self.services.engines
-        await self.send_event(
-            SessionStarted(
-                session_id=session_id,
-                input_sample_rate=in_rate,
-                output_sample_rate=out_rate,
-                out_frame_ms=self.cfg.audio.out_frame_ms,
-                config={"turn": turn.model_dump()},
-                models={
-                    "vad": engines.vad.name,
-                    "stt": engines.stt.name,
-                    "llm": engines.llm.name,
-                    "tts": engines.tts.name,
-                },
+        return SessionStarted(
+            session_id=session.id,
+            input_sample_rate=session.input_sample_rate,
+            output_sample_rate=session.output_sample_rate,
+            out_frame_ms=self.cfg.audio.out_frame_ms,
+            config={"turn": session.turn_config.model_dump()},
+            models={
+                "vad": engines.vad.name,
+                "stt": engines.stt.name,
+                "llm": engines.llm.name,
+                "tts": engines.tts.name,
+            },
+            **resumed,
+        )
+
+    async def _resume(self, start: SessionStart, since: ResumeFrom) -> None:
+        """Take over a session whose connection dropped (or is about to be replaced)."""
+        registry = self.call.registry
+        session_id = start.session_id
+        if session_id is None:
+            await self.error(ErrorCode.INVALID_EVENT, "session.start: resume needs session_id")
+            return
+        live = registry.find_attached(session_id)
+        if live is not None and live is not self.call:
+            await live.end(
+                CallEnd(
+                    ErrorCode.SESSION_REPLACED,
+                    "the session reconnected on another connection",
+                    CloseCode.REPLACED,
+                )
+            )
+        entry = registry.reattach(session_id)
+        if entry is None or not isinstance(entry.state, Outbound):
+            await self.error(
+                ErrorCode.RESUME_FAILED,
+                f"no session {session_id[:64]!r} to resume (ended, expired, or on another "
+                "server); start a new one",
+            )
+            return
+        session, outbound = entry.session, entry.state
+        self.session, self.outbound = session, outbound
+        self.call.attach(session)
+        missed, complete = outbound.missed(since)
+        session.counts["resumes"] += 1
+        started = outbound.event(  # kept, not yet sent: the sink attaches after the replay
+            self._started_event(
+                session, resumed=True, input_samples=outbound.input_samples, replayed=len(missed)
             )
         )
+        self.sink.put(started.message, 0.0)
+        for sent in missed:
+            self.sink.put(sent.message, sent.audio_ms)
+        outbound.sink = self.sink
+        if not complete:
+            await self.error(
+                ErrorCode.RESUME_FAILED,
+                "some events or audio from before the reconnect are older than the replay "
+                f"buffer ({self.cfg.limits.replay_buffer_ms} ms) and were not resent",
+            )
 
     async def _update(self, payload: dict[str, Any]) -> None:
         session = await self._started("session.update")
@@ -297,6 +488,17 @@ class NativeConnection:
             return
         session.update_turn_config(turn)
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
+
+
+def _close_session(services: Services) -> Callable[[Session], Coroutine[Any, Any, None]]:
+    """Hang up: cancel the session's work; the time it takes is the hang-up cleanup metric."""
+
+    async def close(session: Session) -> None:
+        started = time.monotonic()
+        await session.close()
+        services.metrics.hangup_cleanup.observe(time.monotonic() - started)
+
+    return close
 
 
 class _BadRate(ValueError):

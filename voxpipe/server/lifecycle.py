@@ -1,0 +1,181 @@
+"""A call from connect to close: readiness, auth and admission at the door, then
+idle and maximum-duration timeouts while it runs, and graceful drain on shutdown.
+
+Each transport's ``serve`` runs as a child task of the connection. Ending a call
+from the server side sends the transport's own error message, closes the socket
+with a defined code and cancels ``serve``, whose cleanup cancels the session's
+work: nothing outlives the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import uvicorn
+from starlette.websockets import WebSocket
+
+from voxpipe.conversation.events import ErrorCode
+from voxpipe.server.auth import AuthError, Credentials
+from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.base import Transport
+
+if TYPE_CHECKING:
+    from voxpipe.server.app import ServerState
+
+log = logging.getLogger("voxpipe.lifecycle")
+
+WATCH_INTERVAL_S = 0.5
+SEND_TIMEOUT_S = 1.0
+
+
+async def refuse(ws: WebSocket, transport: Transport, why: CallEnd) -> None:
+    """Accept only to say why not, then close with the code that tells a client what to do."""
+    await ws.accept(subprotocol=transport.subprotocol(ws))
+    await _say_and_close(ws, transport, why)
+
+
+async def _say_and_close(ws: WebSocket, transport: Transport, why: CallEnd) -> None:
+    text = transport.error_text(why.code, why.message)
+    with contextlib.suppress(Exception):  # the peer may be gone or not reading
+        if text is not None:
+            await asyncio.wait_for(ws.send_text(text), SEND_TIMEOUT_S)
+        await asyncio.wait_for(ws.close(int(why.close_code)), SEND_TIMEOUT_S)
+
+
+async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) -> None:
+    metrics = state.metrics
+    if state.services is None:
+        why = CallEnd(
+            ErrorCode.NOT_READY,
+            "models are still loading; retry when /readyz is 200",
+            CloseCode.TRY_AGAIN_LATER,
+        )
+        metrics.errors.labels(why.code).inc()
+        await refuse(ws, transport, why)
+        return
+    try:
+        principal = state.auth.check(
+            Credentials.of(ws.headers, ws.query_params, ws.scope.get("subprotocols", []))
+        )
+    except AuthError as exc:
+        metrics.errors.labels(ErrorCode.UNAUTHORIZED).inc()
+        await refuse(ws, transport, CallEnd(ErrorCode.UNAUTHORIZED, str(exc), CloseCode.POLICY))
+        return
+    call = Call(transport.name, state.services, state.calls, principal)
+    refusal = state.calls.admit(call, resuming=ws.query_params.get("session_id"))
+    if refusal is not None:
+        metrics.errors.labels(refusal.code).inc()
+        await refuse(ws, transport, refusal)
+        return
+    try:
+        await ws.accept(subprotocol=transport.subprotocol(ws))
+        await _run(ws, transport, state, call)
+    finally:
+        state.calls.release(call)
+
+
+async def _run(ws: WebSocket, transport: Transport, state: ServerState, call: Call) -> None:
+    serving = asyncio.create_task(transport.serve(ws, call), name=f"call-{call.id}")
+    closed = asyncio.Event()
+
+    async def end(why: CallEnd) -> None:
+        log.info("ending call %s: %s", call.id, why.message)
+        state.metrics.errors.labels(why.code).inc()
+        serving.cancel()
+        await closed.wait()
+
+    call._end = end
+    watchdog = asyncio.create_task(_watch(call, state), name=f"watch-{call.id}")
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(serving)
+    finally:
+        if not serving.done():  # the connection's own task was cancelled (server exit)
+            serving.cancel()
+        with contextlib.suppress(BaseException):
+            await serving
+        if call.ended is not None:
+            await _say_and_close(ws, transport, call.ended)
+        closed.set()
+        watchdog.cancel()
+        with contextlib.suppress(BaseException):
+            await watchdog
+
+
+async def _watch(call: Call, state: ServerState) -> None:
+    cfg = state.config.server
+    while call.ended is None:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        now = time.monotonic_ns()
+        if (now - call.started_ns) / 1e9 >= cfg.max_call_s:
+            await call.end(
+                CallEnd(
+                    ErrorCode.MAX_DURATION,
+                    f"the call reached its maximum duration of {cfg.max_call_s:g} s",
+                    CloseCode.MAX_DURATION,
+                )
+            )
+        elif call.session is not None and call.session.idle_s(now) >= cfg.idle_timeout_s:
+            await call.end(
+                CallEnd(
+                    ErrorCode.IDLE_TIMEOUT,
+                    f"no speech and no reply for {cfg.idle_timeout_s:g} s",
+                    CloseCode.IDLE,
+                )
+            )
+
+
+async def drain(state: ServerState) -> None:
+    """SIGTERM: refuse new calls, let active ones finish until the deadline, close the rest."""
+    calls = state.calls
+    calls.draining = True
+    state.metrics.ready.set(0)
+    deadline = time.monotonic() + state.config.server.drain_timeout_s
+    log.info("draining %d call(s), up to %.0f s", calls.load, state.config.server.drain_timeout_s)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(calls.idle.wait(), max(0.0, deadline - time.monotonic()))
+    why = CallEnd(ErrorCode.SHUTTING_DOWN, "the server is shutting down", CloseCode.GOING_AWAY)
+    await asyncio.gather(*(call.end(why) for call in list(calls.active)), return_exceptions=True)
+    for session_id in list(calls.detached):
+        entry = calls.reattach(session_id)
+        if entry is not None:
+            await entry.session.close()
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, with SIGTERM meaning *drain*: the first signal refuses new calls and lets
+    active ones finish (up to the drain deadline) before uvicorn shuts down; a second
+    signal exits at once."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+        self._drain: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain is not None or self._loop is None or self.state.services is None:
+            super().handle_exit(sig, frame)  # second signal, or nothing to drain
+            return
+        loop = self._loop
+
+        def start() -> None:
+            self._drain = loop.create_task(self._drain_then_exit(sig, frame), name="drain")
+
+        loop.call_soon_threadsafe(start)
+
+    async def _drain_then_exit(self, sig: int, frame: FrameType | None) -> None:
+        try:
+            await drain(self.state)
+        finally:
+            super().handle_exit(sig, frame)
