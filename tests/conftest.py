@@ -8,7 +8,6 @@ import pytest
 
 from tests.support import RunningServer, start_server, stop_server, wait_ready
 
-
 RESUME_GRACE_S = 3  # dropped connections' sessions expire quickly on the shared server
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from voxpipe.config import Config
@@ -128,6 +129,47 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calls(args: argparse.Namespace) -> int:
+    """List past calls, or show one: its transcript and each turn's latency."""
+    from voxpipe.server.store import list_calls, show_call
+
+    path = args.db or _config(args).store.path
+    if path is None or not Path(path).exists():
+        print(f"no call database at {path} (store.path)", file=sys.stderr)
+        return 1
+    if args.session_id is None:
+        calls = list_calls(Path(path), args.limit)
+        if args.json:
+            print(json.dumps(calls, indent=2))
+            return 0
+        print(f"{'session':34} {'started (UTC)':20} {'duration':>9} {'turns':>5}  end")
+        for c in calls:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c["started_at"]))
+            duration = "live" if c["duration_s"] is None else f"{c['duration_s']:.1f} s"
+            print(
+                f"{c['session_id']:34} {started:20} {duration:>9} {c['turns']:>5}  "
+                f"{c['end_reason'] or ''}"
+            )
+        return 0
+    call = show_call(Path(path), args.session_id)
+    if call is None:
+        print(f"no call {args.session_id!r}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(call, indent=2))
+        return 0
+    latency = {t["turn_id"]: t for t in call["turns"]}
+    print(f"call {call['session_id']}  ended: {call['end_reason'] or 'live'}")
+    for m in call["messages"]:
+        turn = latency.get(m["turn_id"], {})
+        extra = ""
+        if m["role"] == "assistant":
+            v2v = turn.get("voice_to_voice_ms")
+            extra = f"   [{m['status']}, v2v {v2v:.0f} ms]" if v2v else f"   [{m['status']}]"
+        print(f"  {m['turn_id']:>3} {m['role']:>9}: {m['text']}{extra}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from voxpipe.bench.conversation import main as bench_main
 
@@ -160,6 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--config", type=Path)
     config.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
     config.set_defaults(func=cmd_config)
+
+    calls = sub.add_parser("calls", help="list past calls, or show one call's transcript")
+    calls.add_argument("session_id", nargs="?", help="a call's session id (or its prefix)")
+    calls.add_argument("--config", type=Path)
+    calls.add_argument("--db", type=Path, help="SQLite file (default: store.path)")
+    calls.add_argument("--limit", type=int, default=50)
+    calls.add_argument("--json", action="store_true")
+    calls.set_defaults(func=cmd_calls)
 
     bench = sub.add_parser("bench", help="latency benchmark over a scripted spoken conversation")
     bench.add_argument("--config", type=Path)

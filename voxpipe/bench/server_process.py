@@ -41,6 +41,7 @@ class ServerProcess:
         full_env = {
             **os.environ,
             "VOXPIPE_SERVER__TURN_LOG_PATH": str(turn_log),
+            "VOXPIPE_STORE__PATH": str(workdir / "voxpipe.sqlite3"),
             "VOXPIPE_SERVER__LOG_LEVEL": "warning",
             **(env or {}),
         }
@@ -50,6 +51,10 @@ class ServerProcess:
         with log_path.open("wb") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
         return cls(process, port, log_path, turn_log, time.monotonic())
+
+    @property
+    def store_path(self) -> Path:
+        return self.log_path.parent / "voxpipe.sqlite3"
 
     @property
     def http(self) -> str:

@@ -45,6 +45,8 @@ from voxpipe.observability.timeline import TurnTimeline
 
 log = logging.getLogger("voxpipe.reply")
 
+TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio is needed
+
 SendEvent = Callable[[Event], Awaitable[None]]
 SendAudio = Callable[[AudioOut], Awaitable[None]]
 
@@ -134,6 +136,7 @@ class Reply:
         self._paused = False
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
         self._held_events: list[Event] = []
+        self._filler_frames = 0  # frames at the head of the reply that are the filler
         self._decided = asyncio.Event()  # a held reply was confirmed or thrown away
         self.cancel.on_cancel(self._sendable.set)
         self.cancel.on_cancel(self._decided.set)
@@ -162,6 +165,9 @@ class Reply:
         """The turn has ended as the held reply assumed: release what it computed."""
         self.timeline.marks_ns["speech_end"] = speech_end_ns
         self.timeline.mark("eot")
+        store = self.ctx.services.store
+        if store is not None and self.timeline.has("stt_done") and self.transcript:
+            store.message(self.ctx.session_id, self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
         while self._held_events:
             await self.ctx.send_event(self._held_events.pop(0))
@@ -226,9 +232,12 @@ class Reply:
             audio = self.audio
             transcript = await services.runners.stt.call(lambda: stt.transcribe(audio), clock)
             tl.mark("stt_done")
+            self._check_deadline("stt", services.config.deadlines.stt_ms)
             tl.compute_s["stt"], tl.queue_s["stt"] = clock.compute_s, clock.queue_s
             self.transcript = transcript.text.strip()
             tl.counters["transcript"] = self.transcript
+            if services.store is not None and not self.held and self.transcript:
+                services.store.message(self.ctx.session_id, self.turn_id, "user", self.transcript)
             await self._emit(Transcript(self.turn_id, self.transcript))
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
                 self.status = "cancelled" if self.status == "pending" else self.status
@@ -274,6 +283,8 @@ class Reply:
         cancel.on_cancel(llm_gate.set)
         messages = [*self.ctx.history(), ChatMessage("user", self.transcript)]
         spoken: list[str] = []
+        first_token = asyncio.Event()
+        cancel.on_cancel(first_token.set)
 
         async def queue_clause(clause: str) -> None:
             if not tl.has("first_clause"):
@@ -299,6 +310,7 @@ class Reply:
                         if cancel.cancelled:
                             break
                         tl.mark("llm_first_token")
+                        first_token.set()
                         self.generated += delta
                         await self._emit(ResponseTextDelta(turn_id, delta))
                         for clause in chunker.push(delta):
@@ -307,6 +319,7 @@ class Reply:
                     for clause in chunker.flush():
                         await queue_clause(clause)
             finally:
+                first_token.set()  # done or failed: no filler from here on
                 await clauses.put(None)
 
         async def voice() -> None:
@@ -321,7 +334,9 @@ class Reply:
                     if not spoken:
                         llm_gate.clear()
                     stream = services.runners.tts.stream(
-                        functools.partial(engine.synthesize, clause, cancel), clock
+                        functools.partial(engine.synthesize, clause, cancel),
+                        clock,
+                        deadline_ns=self._dry_at_ns(frames.qsize()) if spoken else None,
                     )
                     self.tracker.add_clause(clause)
                     async with contextlib.aclosing(stream):
@@ -365,17 +380,53 @@ class Reply:
                 self.last_seq = seq
                 await self.ctx.send_audio(AudioOut(seq, turn_id, frame))
                 now = time.monotonic_ns()
-                tl.mark("first_audio_sent", now)
+                if self._filler_frames > 0:
+                    self._filler_frames -= 1
+                    tl.mark("filler_sent", now)
+                else:
+                    if not tl.has("first_audio_sent"):
+                        self._check_deadline("tts_first_chunk", cfg.deadlines.tts_first_chunk_ms)
+                    tl.mark("first_audio_sent", now)
                 self.last_frame_ns = now
                 duration_ns = int(len(frame) * ns_per_byte)
                 self.audio_ns += duration_ns
                 self.tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
 
+        async def fill_silence() -> None:
+            """Say the filler if the first token misses its deadline (the frames queue is
+            still empty then: no token, no clause, no reply audio)."""
+            due_ns = tl.marks_ns["speech_end"] + cfg.deadlines.llm_first_token_ms * 1_000_000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    first_token.wait(), max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
+                )
+                return
+            self._missed("llm_first_token")
+            filler = self.ctx.services.filler
+            if cancel.cancelled or filler is None or not cfg.deadlines.filler:
+                return
+            services.metrics.fillers.inc()
+            tl.counters["filler"] = cfg.deadlines.filler
+            resampler = StreamResampler(filler.rate, self.ctx.output_rate)
+            audio = resampler.process(filler.audio, last=True)
+            framer = _Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
+            pcm = [*framer.push(float_to_pcm16(audio)), *framer.flush()]
+            self.tracker.add_clause("", sum(len(f) // 2 for f in pcm))
+            self._filler_frames = len(pcm)
+            for frame in pcm:
+                await frames.put(frame)
+
         try:
-            async with asyncio.TaskGroup() as group:
+            async with asyncio.timeout(cfg.deadlines.turn_s), asyncio.TaskGroup() as group:
                 group.create_task(think())
                 group.create_task(voice())
                 group.create_task(play())
+                group.create_task(fill_silence())
+        except TimeoutError:
+            self._missed("turn")
+            cancel.cancel()
+            self.status, self.reason = "failed", f"reply exceeded {cfg.deadlines.turn_s:g} s"
+            await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self.reason))
         finally:
             if llm_clock.started_ns and llm_clock.first_item_ns:
                 tl.compute_s["llm_ttft"] = (llm_clock.first_item_ns - llm_clock.started_ns) / 1e9
@@ -389,6 +440,24 @@ class Reply:
                 "state_restored": usage.state_restored,
                 "finish_reason": usage.finish_reason,
             }
+
+    def _dry_at_ns(self, frames_waiting: int) -> int:
+        """When the client will have played everything sent and queued: a later clause
+        is due a little before that, so it can wait for a first clause of another call."""
+        cfg = self.ctx.services.config.audio
+        now = time.monotonic_ns()
+        queued_ns = frames_waiting * cfg.out_frame_ms * 1_000_000
+        return max(now, self.ctx.pacer.ends_at_ns) + queued_ns - TTS_MARGIN_NS
+
+    def _check_deadline(self, stage: str, due_ms: int) -> None:
+        """Count a miss if ``stage`` came later than ``due_ms`` after the caller's speech."""
+        start = self.timeline.marks_ns.get("speech_end")
+        if start is not None and time.monotonic_ns() - start > due_ms * 1_000_000:
+            self._missed(stage)
+
+    def _missed(self, stage: str) -> None:
+        self.ctx.services.metrics.deadline_misses.labels(stage).inc()
+        self.timeline.counters.setdefault("deadline_misses", []).append(stage)
 
     async def _wait_until_sendable(self) -> None:
         """Held replies wait for confirmation, paused ones for resume; a cancel wakes both."""
@@ -421,6 +490,11 @@ class Reply:
             self.on_finish(self)
         services = self.ctx.services
         services.metrics.observe_turn(tl, self.status)
+        if services.store is not None:
+            sid = self.ctx.session_id
+            if self.kept_text:
+                services.store.message(sid, self.turn_id, "assistant", self.kept_text, self.status)
+            services.store.turn_finished(sid, record)
         await asyncio.to_thread(services.turn_log.write, record)
         if self.ctx.closed:
             return  # nothing is sent on a closed call, not even response.done

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
 
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines
+from voxpipe.engines.base import CancelToken, Engines, TtsEngine
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
@@ -25,6 +28,41 @@ class Runners:
             runner.close()
 
 
+class CallStore(Protocol):
+    """Where a call is recorded as it goes. Every method only queues the write: none may
+    wait on a disk or a network from the event loop."""
+
+    def call_started(self, session_id: str, info: dict[str, Any]) -> None: ...
+
+    def message(
+        self, session_id: str, turn_id: int, role: str, text: str, status: str | None = None
+    ) -> None: ...
+
+    def turn_finished(self, session_id: str, record: dict[str, Any]) -> None: ...
+
+    def save_state(self, session_id: str, state: dict[str, Any]) -> None: ...
+
+    def call_ended(self, session_id: str, reason: str, counts: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Filler:
+    """The words said when the LLM is late, synthesized once at start-up: at that moment
+    the TTS may be as busy as the LLM, so the filler must not wait for it."""
+
+    text: str
+    audio: np.ndarray  # float32 mono at ``rate``
+    rate: int
+
+    @classmethod
+    def synthesize(cls, text: str, tts: TtsEngine) -> Filler | None:
+        if not text.strip():
+            return None
+        chunks = list(tts.synthesize(text, CancelToken()))
+        pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+        return cls(text, pcm.astype(np.float32) / 32768.0, tts.sample_rate)
+
+
 @dataclass(frozen=True)
 class Services:
     config: Config
@@ -32,3 +70,5 @@ class Services:
     runners: Runners
     metrics: Metrics
     turn_log: TurnLog
+    filler: Filler | None = None
+    store: CallStore | None = None

@@ -96,6 +96,15 @@ class Session:
         self._last_activity_ns = time.monotonic_ns()
         self.turns: list[dict[str, object]] = []
         self.counts: Counter[str] = Counter()
+        if services.store is not None:
+            services.store.call_started(
+                session_id,
+                {
+                    "input_sample_rate": input_sample_rate,
+                    "output_sample_rate": output_sample_rate,
+                    "turn": self.turn_config.model_dump(),
+                },
+            )
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -274,6 +283,9 @@ class Session:
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)
             self.turns.append(reply.record)
+        self._last_activity_ns = time.monotonic_ns()
+        if self.services.store is not None:
+            self.services.store.save_state(self.id, self.state())
         if not self._detector.in_speech:  # else the caller's next reply needs the LLM first
             self.summarizer.after_turn(reply.timeline.counters.get("llm", {}))
 
@@ -296,8 +308,21 @@ class Session:
 
     # -- lifecycle ------------------------------------------------------------
 
-    async def close(self) -> None:
+    def state(self) -> dict[str, object]:
+        """What a new server needs to carry this conversation on (persistence, restore)."""
+        return {
+            "messages": [{"role": m.role, "content": m.content} for m in self.history.turns],
+            "summary": self.history.summary,
+            "summarized_messages": self.history.summarized_messages,
+            "turns": self._turn_ids,
+            "audio_seq": self._seq,
+            "counts": dict(self.counts),
+        }
+
+    async def close(self, reason: str = "hangup") -> None:
         """Cancel the replies in flight and wait until their engine work has stopped."""
+        if self.closed:
+            return
         self.closed = self.ctx.closed = True
         if self._pump is not None and not self._pump.done():
             self._pump.cancel()
@@ -309,6 +334,8 @@ class Session:
                 await reply.wait()
         await self.summarizer.close()
         self.services.engines.llm.forget(self.id)
+        if self.services.store is not None:
+            self.services.store.call_ended(self.id, reason, dict(self.counts))
 
     async def wait_idle(self) -> None:
         """Wait for the reply in flight, if any (tests and graceful shutdown)."""

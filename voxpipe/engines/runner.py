@@ -3,19 +3,23 @@
 Why one thread per engine: each engine already uses its own intra-op threads
 (the budget in the config), so a second concurrent job on the same engine
 would only oversubscribe the two cores and make both jobs slower. Jobs wait
-in a bounded queue; the wait is measured apart from the compute, and a job
-that finds the queue full is rejected at once (:class:`EngineBusy`) rather
-than joining an unbounded line.
+in a bounded queue ordered by deadline (earliest first): the first clause of
+a turn, whose caller hears nothing yet, goes before a later clause of a call
+whose client still has seconds of audio buffered. The wait is measured apart
+from the compute, and a job that finds the queue full is rejected at once
+(:class:`EngineBusy`) rather than joining an unbounded line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
 T = TypeVar("T")
@@ -57,14 +61,42 @@ class _Failure:
 _DONE = object()
 
 
+@dataclass(order=True)
+class _Queued:
+    deadline_ns: int
+    order: int
+    run: Callable[[], object] = field(compare=False)
+    future: Future[object] = field(compare=False)
+
+
 class EngineRunner:
     def __init__(self, name: str, max_queue: int = 16, observer: JobObserver | None = None) -> None:
         self.name = name
         self.max_queue = max_queue
         self._observer = observer
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{name}")
         self._pending = 0
         self._lock = threading.Lock()
+        self._heap: list[_Queued] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=f"engine-{name}", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                job = heapq.heappop(self._heap)
+            if not job.future.set_running_or_notify_cancel():
+                continue  # cancelled while queued; its done-callback left the queue
+            try:
+                job.future.set_result(job.run())
+            except BaseException as error:
+                job.future.set_exception(error)
 
     @property
     def queue_depth(self) -> int:
@@ -97,12 +129,26 @@ class EngineRunner:
         if self._observer:
             self._observer.observe_job(self.name, clock.queue_s, clock.compute_s)
 
-    def _enqueue(self, job: Callable[[], T], clock: JobClock) -> Future[T]:
-        """Admit ``job`` (or raise :class:`EngineBusy`) and hand it to the engine's thread."""
+    def _enqueue(
+        self, job: Callable[[], T], clock: JobClock, deadline_ns: int | None = None
+    ) -> Future[T]:
+        """Admit ``job`` (or raise :class:`EngineBusy`) and queue it for the engine's thread,
+        by ``deadline_ns`` (default: now, so equal jobs run in arrival order)."""
+        if self._closed:
+            raise EngineBusy(f"{self.name} runner is closed")
         self._admit()
         clock.queued_ns = time.monotonic_ns()
-        future = self._executor.submit(job)
+        future: Future[T] = Future()
         future.add_done_callback(lambda f: self._leave_queue() if f.cancelled() else None)
+        queued = _Queued(
+            deadline_ns if deadline_ns is not None else clock.queued_ns,
+            next(self._order),
+            job,
+            cast("Future[object]", future),
+        )
+        with self._wake:
+            heapq.heappush(self._heap, queued)
+            self._wake.notify()
         return future
 
     @staticmethod
@@ -117,7 +163,9 @@ class EngineRunner:
                 await asyncio.gather(wrapped, return_exceptions=True)
             raise
 
-    async def call(self, fn: Callable[[], T], clock: JobClock | None = None) -> T:
+    async def call(
+        self, fn: Callable[[], T], clock: JobClock | None = None, deadline_ns: int | None = None
+    ) -> T:
         """Run ``fn`` on the engine's thread and return its result."""
         clock = clock or JobClock()
 
@@ -128,7 +176,7 @@ class EngineRunner:
             finally:
                 self._finish(clock)
 
-        return await self._wait(self._enqueue(job, clock))
+        return await self._wait(self._enqueue(job, clock, deadline_ns))
 
     async def stream(
         self,
@@ -137,6 +185,7 @@ class EngineRunner:
         max_buffered: int = 64,
         gate: threading.Event | None = None,
         max_hold_s: float = 1.0,
+        deadline_ns: int | None = None,
     ) -> AsyncGenerator[T, None]:
         """Iterate ``produce()`` on the engine's thread, yielding its items here.
 
@@ -197,7 +246,7 @@ class EngineRunner:
             if not stop.is_set():
                 push(outcome)
 
-        future = self._enqueue(job, clock)
+        future = self._enqueue(job, clock, deadline_ns)
         future.add_done_callback(
             lambda f: loop.call_soon_threadsafe(queue.put_nowait, _DONE) if f.cancelled() else None
         )
@@ -214,4 +263,10 @@ class EngineRunner:
             await asyncio.gather(self._wait(future), return_exceptions=True)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the thread after its current job; queued jobs are cancelled."""
+        with self._wake:
+            self._closed = True
+            queued, self._heap = self._heap, []
+            self._wake.notify_all()
+        for job in queued:
+            job.future.cancel()

@@ -9,7 +9,7 @@ import threading
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from voxpipe.observability.timeline import STAGES, TurnTimeline
+from voxpipe.observability.timeline import OPTIONAL_STAGES, STAGES, TurnTimeline
 
 _LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0,
@@ -154,7 +154,7 @@ class Metrics:
     def observe_turn(self, timeline: TurnTimeline, status: str) -> None:
         self.turns.labels(status).inc()
         offsets = timeline.offsets_ms()
-        for stage in STAGES[1:]:
+        for stage in (*STAGES[1:], *OPTIONAL_STAGES):
             if stage in offsets:
                 self.stage.labels(stage).observe(offsets[stage] / 1000)
         v2v = timeline.voice_to_voice_ms()

@@ -20,6 +20,11 @@ STAGES: tuple[str, ...] = (
     "response_done",
 )
 
+# Stages a turn may or may not pass, at no fixed place in the order.
+OPTIONAL_STAGES: tuple[str, ...] = (
+    "filler_sent",  # the first LLM token was late: the filler went out first
+)
+
 
 # What must precede what. A preempted turn (STT and LLM begun during the caller's pause)
 # may reach stt_done, the first token, even the first TTS audio, before eot: causality
@@ -54,7 +59,7 @@ class TurnTimeline:
 
     def mark(self, stage: str, at_ns: int | None = None) -> None:
         """Record ``stage`` once (the first time wins)."""
-        if stage not in STAGES:
+        if stage not in STAGES and stage not in OPTIONAL_STAGES:
             raise ValueError(f"unknown stage {stage!r}")
         self.marks_ns.setdefault(stage, at_ns if at_ns is not None else time.monotonic_ns())
 
@@ -67,7 +72,9 @@ class TurnTimeline:
             return {}
         origin = self.marks_ns.get("speech_end", min(self.marks_ns.values()))
         return {
-            s: round((self.marks_ns[s] - origin) / 1e6, 3) for s in STAGES if s in self.marks_ns
+            s: round((self.marks_ns[s] - origin) / 1e6, 3)
+            for s in (*STAGES, *OPTIONAL_STAGES)
+            if s in self.marks_ns
         }
 
     def voice_to_voice_ms(self) -> float | None:

@@ -20,7 +20,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from voxpipe.config import Config
-from voxpipe.conversation.session import Runners, Services
+from voxpipe.conversation.services import CallStore, Filler, Runners, Services
 from voxpipe.engines.base import Engines
 from voxpipe.engines.loader import load_engines
 from voxpipe.engines.runner import EngineRunner
@@ -29,6 +29,7 @@ from voxpipe.observability.turn_log import TurnLog
 from voxpipe.server.auth import Authenticator, AuthError, Credentials
 from voxpipe.server.calls import CallRegistry
 from voxpipe.server.lifecycle import serve_call
+from voxpipe.server.store import SqliteStore
 from voxpipe.transports.base import Transport
 from voxpipe.transports.native import NativeTransport
 
@@ -52,7 +53,9 @@ class ServerState:
         """Warm and admitting calls (not draining)."""
         return self.services is not None and not self.calls.draining
 
-    def install(self, engines: Engines) -> None:
+    def install(
+        self, engines: Engines, filler: Filler | None = None, store: CallStore | None = None
+    ) -> None:
         runners = Runners(
             *(
                 EngineRunner(name, self.config.limits.engine_queue, observer=self.metrics)
@@ -65,6 +68,8 @@ class ServerState:
             runners=runners,
             metrics=self.metrics,
             turn_log=TurnLog(self.config.server.turn_log_path),
+            filler=filler,
+            store=store,
         )
         self.metrics.ready.set(1)
         for callback in self.on_ready:
@@ -77,11 +82,16 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
     async def load() -> None:
         try:
             engines = await asyncio.to_thread(engine_factory, config)
+            filler = await asyncio.to_thread(
+                Filler.synthesize, config.deadlines.filler, engines.tts
+            )
+            path = config.store.path
+            store = await asyncio.to_thread(SqliteStore, path) if path is not None else None
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
             log.exception("model loading failed")
             state.load_error = f"{type(exc).__name__}: {exc}"
             return
-        state.install(engines)
+        state.install(engines, filler, store)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -94,6 +104,8 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
                 await loader
             if state.services is not None:
                 state.services.runners.close()
+                if isinstance(state.services.store, SqliteStore):
+                    await asyncio.to_thread(state.services.store.close)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "alive"})

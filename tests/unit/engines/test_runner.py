@@ -306,3 +306,61 @@ async def test_a_stream_whose_reader_left_while_queued_does_no_work(
         await reader
     await running
     assert producer.produced == 0
+
+
+async def test_waiting_jobs_run_earliest_deadline_first() -> None:
+    runner = EngineRunner("tts", max_queue=8)
+    started, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def block() -> None:
+        started.set()
+        release.wait(2)
+
+    try:
+        running = asyncio.create_task(runner.call(block))
+        await wait_for(started)
+        now = time.monotonic_ns()
+        # A later clause of a call with seconds of audio buffered, queued first ...
+        later = asyncio.create_task(
+            runner.call(lambda: order.append("later clause"), deadline_ns=now + 3_000_000_000)
+        )
+        plain = asyncio.create_task(runner.call(lambda: order.append("no deadline")))
+        await asyncio.sleep(0.01)
+        # ... then the first clause of another call, due now.
+        first = asyncio.create_task(
+            runner.call(lambda: order.append("first clause"), deadline_ns=now)
+        )
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.gather(running, later, plain, first)
+        assert order == ["first clause", "no deadline", "later clause"]
+    finally:
+        runner.close()
+
+
+async def test_a_cancelled_waiting_job_never_runs_and_leaves_the_queue() -> None:
+    runner = EngineRunner("stt", max_queue=4)
+    started, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def block() -> None:
+        started.set()
+        release.wait(2)
+
+    try:
+        running = asyncio.create_task(runner.call(block))
+        await wait_for(started)
+        waiting = asyncio.create_task(runner.call(lambda: ran.append(1)))
+        await asyncio.sleep(0.01)
+        assert runner.queue_depth == 1
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        assert runner.queue_depth == 0
+        release.set()
+        await running
+        assert await runner.call(lambda: "next") == "next"
+        assert ran == []
+    finally:
+        runner.close()
