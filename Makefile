@@ -4,10 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Debian packages the tests use: real speech with transcripts, and a synthetic voice.
-APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng
+# chromium: the headless browser of tests/e2e/test_browser.py.
+APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
-.PHONY: run test bench lint typecheck unit e2e install sysdeps models clean
+.PHONY: run test bench load lint typecheck unit e2e install sysdeps models clean
 
 install: $(STAMP)
 
@@ -20,7 +21,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 sysdeps:
-	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null; then \
+	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null \
+	  || ! command -v chromium >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(APT_PACKAGES); fi; \
@@ -50,6 +52,10 @@ test: install sysdeps lint typecheck
 
 bench: install sysdeps
 	$(BIN)/voxpipe bench
+
+# The most concurrent calls this machine holds at p99 voice-to-voice < 1.5 s (bench-results/load/).
+load: install sysdeps
+	$(BIN)/voxpipe load --find-capacity --slo-ms 1500 --duration 60
 
 clean:
 	rm -rf $(VENV) var bench-results .pytest_cache .mypy_cache .ruff_cache

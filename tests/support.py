@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from voxpipe.bench.server_process import ServerProcess
@@ -63,3 +65,39 @@ async def history_of(client: NativeClient) -> dict[str, Any]:
 
     result: dict[str, Any] = await client.wait_for(probe, 10)
     return result
+
+
+async def assert_server_up(server: ServerProcess) -> None:
+    """The process is alive and answers ``/healthz``."""
+    async with httpx.AsyncClient(timeout=5) as http:
+        response = await http.get(f"{server.http}/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "alive"}
+    assert server.alive(), server.log_path.read_text()[-4000:]
+
+
+async def metrics_text(server: ServerProcess) -> str:
+    async with httpx.AsyncClient(timeout=5) as http:
+        response = await http.get(f"{server.http}/metrics")
+    assert response.status_code == 200
+    return response.text
+
+
+def metric_value(text: str, sample: str) -> float | None:
+    """One sample of a Prometheus text page, e.g. ``voxpipe_calls{state="connected"}``."""
+    found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def tracebacks(log: str) -> list[str]:
+    """Every traceback in a server log: the line before it (what was logged), its frames, and
+    the exception line. A server that handles bad input logs none."""
+    lines = log.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last):"):
+            end = i + 1
+            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+                end += 1
+            found.append("\n".join(lines[max(0, i - 1) : end + 1]))
+    return found

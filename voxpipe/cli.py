@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import socket
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,19 @@ def _config(args: argparse.Namespace) -> Config:
     if getattr(args, "port", None) is not None:
         overrides.setdefault("server", {})["port"] = args.port
     return Config.load(getattr(args, "config", None), **overrides)
+
+
+def listen_socket(config: Config) -> socket.socket:
+    """The listening socket; accepted connections inherit its send-buffer bound."""
+    family = socket.AF_INET6 if ":" in config.server.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if config.server.socket_send_buffer_bytes is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.server.socket_send_buffer_bytes)
+    sock.bind((config.server.host, config.server.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -65,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
         app.state.voxpipe,
     )
-    server.run()
+    server.run(sockets=[listen_socket(config)])
     return 0
 
 
@@ -176,6 +190,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def cmd_load(args: argparse.Namespace) -> int:
+    from voxpipe.bench.load import main as load_main
+
+    return load_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -223,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--preempt-reps", type=int, default=1, help="calls per mode, preemption on vs off"
     )
     bench.set_defaults(func=cmd_bench)
+
+    load = sub.add_parser("load", help="concurrent simulated callers; find the machine's capacity")
+    load.add_argument("--calls", type=int, default=4, help="concurrent callers (one step)")
+    load.add_argument("--duration", type=float, default=60.0, help="seconds of calls per step")
+    load.add_argument("--url", help="a running server's ws://.../v1/voice (default: start one)")
+    load.add_argument("--max-calls", type=int, help="admission limit of the servers it starts")
+    load.add_argument("--config", type=Path, help="config file for the servers it starts")
+    load.add_argument("--reuse-server", action="store_true", help="one server for every step")
+    load.add_argument("--find-capacity", action="store_true", help="search the most calls in SLO")
+    load.add_argument("--slo-ms", type=float, default=1500.0, help="p99 voice-to-voice SLO")
+    load.add_argument("--max-search-calls", type=int, default=64, help="capacity search cap")
+    load.add_argument("--seed", type=int, default=0, help="callers' choice of clips and pauses")
+    load.add_argument("--out", type=Path, default=Path("bench-results/load"), help="load.json/html")
+    load.set_defaults(func=cmd_load)
     return parser
 
 

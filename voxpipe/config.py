@@ -201,6 +201,13 @@ class ServerConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Server log level."
     )
+    socket_send_buffer_bytes: int | None = Field(
+        262144,
+        ge=4096,
+        description="Kernel send buffer of each connection (SO_SNDBUF); bounds what a stalled "
+        "client can hold in the kernel, so the send buffer's bound takes effect. None = the "
+        "OS default (autotuned, up to megabytes).",
+    )
     heartbeat_s: float = Field(
         10.0,
         gt=0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from voxpipe.engines.base import ChatMessage
+from voxpipe.engines.base import ChatMessage, Role
 
 
 @dataclass
@@ -15,16 +15,21 @@ class History:
     summary: str = ""  # older turns, condensed (see summarizer.py)
     summarized_messages: int = 0
 
-    def add_user(self, text: str) -> None:
-        self._append(ChatMessage("user", text))
+    def add_user(self, text: str) -> ChatMessage:
+        return self._append(ChatMessage("user", text))
 
-    def add_assistant(self, text: str) -> None:
-        self._append(ChatMessage("assistant", text))
+    def add_assistant(self, text: str) -> ChatMessage:
+        return self._append(ChatMessage("assistant", text))
 
-    def _append(self, message: ChatMessage) -> None:
+    def add(self, role: Role, text: str) -> ChatMessage:
+        """A message a client wrote into the conversation itself (any role)."""
+        return self._append(ChatMessage(role, text))
+
+    def _append(self, message: ChatMessage) -> ChatMessage:
         self.turns.append(message)
         if len(self.turns) > self.max_messages:
             del self.turns[: len(self.turns) - self.max_messages]
+        return message
 
     def replace_oldest(self, count: int, summary: str) -> None:
         """The first ``count`` turns are now told by ``summary``."""
@@ -37,3 +42,32 @@ class History:
         if self.summary:
             system += f"\n\nSummary of the call so far: {self.summary}"
         return [ChatMessage("system", system), *self.turns]
+
+    # -- edits by a client (messages are found by identity: equal texts stay distinct) ----
+
+    def _index(self, message: ChatMessage) -> int | None:
+        return next((i for i, m in enumerate(self.turns) if m is message), None)
+
+    def remove(self, message: ChatMessage) -> bool:
+        """Take ``message`` out; False if it is no longer there (trimmed or summarized)."""
+        i = self._index(message)
+        if i is None:
+            return False
+        del self.turns[i]
+        return True
+
+    def replace(self, message: ChatMessage, text: str) -> ChatMessage | None:
+        """Give ``message`` new text in place; returns the new message, None if it is gone."""
+        i = self._index(message)
+        if i is None:
+            return None
+        self.turns[i] = ChatMessage(message.role, text)
+        return self.turns[i]
+
+    def insert_after(self, anchor: ChatMessage, message: ChatMessage) -> bool:
+        """Put ``message`` right after ``anchor``; False if the anchor is gone."""
+        i = self._index(anchor)
+        if i is None:
+            return False
+        self.turns.insert(i + 1, message)
+        return True

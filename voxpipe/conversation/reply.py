@@ -112,7 +112,7 @@ class BargeIn:
 class Reply:
     ctx: ReplyContext
     timeline: TurnTimeline
-    audio: np.ndarray
+    audio: np.ndarray | None  # None: answer the history as it stands, no new caller turn
     held: bool = False
     previous: Reply | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
@@ -130,6 +130,7 @@ class Reply:
 
     record: dict[str, Any] | None = None
     last_frame_ns: int = 0  # when the latest frame was handed to the transport
+    respond: bool = True  # False: only transcribe; the turn joins the history unanswered
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -227,6 +228,11 @@ class Reply:
             if self.previous is not None:
                 await self.previous.wait()
                 self.previous = None  # else every reply of the call stays reachable
+            if self.audio is None:  # a client asked for a reply (OpenAI response.create)
+                await self._speak()
+                if self.status == "pending":
+                    self.status = "cancelled" if self.cancel.cancelled else "completed"
+                return
             clock = JobClock()
             stt = services.engines.stt
             audio = self.audio
@@ -244,6 +250,9 @@ class Reply:
                 return
             if not any(ch.isalnum() for ch in self.transcript):
                 self.status, self.reason = "empty", "no words in the transcript"
+                return
+            if not self.respond:  # the client commits turns and asks for replies itself
+                self.status, self.reason = "committed", "transcribed; no reply was asked for"
                 return
             await self._speak()
             if self.status == "pending":
@@ -281,7 +290,9 @@ class Reply:
         llm_gate = threading.Event()
         llm_gate.set()
         cancel.on_cancel(llm_gate.set)
-        messages = [*self.ctx.history(), ChatMessage("user", self.transcript)]
+        messages = self.ctx.history()
+        if self.audio is not None:  # else the history already ends with what to answer
+            messages.append(ChatMessage("user", self.transcript))
         spoken: list[str] = []
         first_token = asyncio.Event()
         cancel.on_cancel(first_token.set)

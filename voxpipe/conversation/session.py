@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,11 +30,12 @@ from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.events import HistorySnapshot, SpeechStarted, SpeechStopped
 from voxpipe.conversation.history import History
+from voxpipe.conversation.playback import PlaybackTracker
 from voxpipe.conversation.reply import BargeIn, Pacer, Reply, ReplyContext, SendAudio, SendEvent
 from voxpipe.conversation.services import Runners, Services
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
-from voxpipe.engines.base import STT_SAMPLE_RATE
+from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage, Role
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.timeline import TurnTimeline
 
@@ -42,6 +44,17 @@ __all__ = ["Runners", "Services", "Session"]
 log = logging.getLogger("voxpipe.session")
 
 RESUME_AFTER_SILENCE_MS = 96  # a backchannel is over once it has been silent this long
+REMEMBERED_TURNS = 128  # finished turns whose messages a client may still edit
+MIN_COMMIT_MS = 100  # less committed audio is not a turn (as the OpenAI Realtime API says)
+
+
+@dataclass
+class TurnMessages:
+    """What a finished turn left in the history, so a client can edit it later."""
+
+    user: ChatMessage | None
+    assistant: ChatMessage | None
+    tracker: PlaybackTracker  # which reply audio spoke which words
 
 
 class Session:
@@ -96,6 +109,11 @@ class Session:
         self._last_activity_ns = time.monotonic_ns()
         self.turns: list[dict[str, object]] = []
         self.counts: Counter[str] = Counter()
+        self.server_vad = True  # False: the client ends turns itself (commit_input)
+        self.auto_respond = True  # False: a turn's end starts no reply (respond asks)
+        self._manual: deque[np.ndarray] = deque()  # 16 kHz audio awaiting commit_input
+        self._manual_samples = 0
+        self._finished: dict[int, TurnMessages] = {}  # oldest first, REMEMBERED_TURNS
         if services.store is not None:
             services.store.call_started(
                 session_id,
@@ -149,6 +167,9 @@ class Session:
 
     async def _process(self, pcm: bytes, arrived: int) -> None:
         audio = self._resampler.process(pcm16_to_float(pcm))
+        if not self.server_vad:  # the client ends turns itself: no VAD, just keep it
+            self._keep_manual(audio)
+            return
         buf = np.concatenate([self._pending, audio]) if self._pending.size else audio
         n = buf.shape[0] // self._window
         self._pending = buf[n * self._window :]
@@ -174,7 +195,7 @@ class Session:
 
     def _speaking_reply(self) -> Reply | None:
         reply = self._reply
-        return reply if reply is not None and reply.active else None
+        return reply if reply is not None and reply.active and reply.respond else None
 
     async def _on_window(self, prob: float, event: TurnEvent | None) -> None:
         cfg, detector = self.turn_config, self._detector
@@ -245,10 +266,12 @@ class Session:
         timeline = TurnTimeline(self._turn_ids)
         timeline.mark("speech_end", speech_end_ns)
         timeline.mark("eot")
-        self._reply = self._new_reply(timeline, event.audio, held=False)
+        self._reply = self._new_reply(timeline, event.audio, held=False, respond=self.auto_respond)
 
     def _start_held(self) -> None:
         """Preemption: answer the turn so far while the caller is still (maybe) pausing."""
+        if not self.auto_respond:
+            return
         timeline = TurnTimeline(self._turn_ids + 1)
         timeline.mark("speech_end", self._arrival_of(self._detector.last_speech_end_sample))
         timeline.counters["preempted"] = True
@@ -262,7 +285,9 @@ class Session:
             self.counts["preempt_wasted"] += 1
             self.services.metrics.preemptions.labels("wasted").inc()
 
-    def _new_reply(self, timeline: TurnTimeline, audio: np.ndarray, held: bool) -> Reply:
+    def _new_reply(
+        self, timeline: TurnTimeline, audio: np.ndarray | None, held: bool, respond: bool = True
+    ) -> Reply:
         # A summary may run while the caller speaks; the reply needs the LLM after its STT.
         self.summarizer.pause()
         return Reply(
@@ -272,14 +297,17 @@ class Session:
             held=held,
             previous=self._reply,
             on_finish=self._on_reply_finished,
+            respond=respond,
         )
 
     def _on_reply_finished(self, reply: Reply) -> None:
         """Runs inside the reply task, before the next reply reads the history."""
+        user = assistant = None
         if any(ch.isalnum() for ch in reply.transcript):
-            self.history.add_user(reply.transcript)
-            if reply.kept_text:
-                self.history.add_assistant(reply.kept_text)
+            user = self.history.add_user(reply.transcript)
+        if reply.kept_text and (user is not None or reply.audio is None):
+            assistant = self.history.add_assistant(reply.kept_text)
+        self._remember(reply.turn_id, TurnMessages(user, assistant, reply.tracker))
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)
             self.turns.append(reply.record)
@@ -342,3 +370,149 @@ class Session:
         if self._reply is not None:
             await self._reply.wait()
         await self.summarizer.wait()
+
+    # -- client-driven turns (OpenAI Realtime: commit, response.create, item edits) ----
+
+    def set_turn_taking(self, server_vad: bool, auto_respond: bool) -> None:
+        """Who ends the caller's turns: the VAD (the default) or the client
+        (:meth:`commit_input`); and whether a turn's end starts a reply, or the client
+        asks for one (:meth:`respond`). Speech or audio in progress under the old mode
+        is dropped."""
+        if server_vad != self.server_vad:
+            self._reset_detector()
+            self._take_manual()
+        if not auto_respond:
+            self._discard_held()
+        self.server_vad, self.auto_respond = server_vad, auto_respond
+
+    def set_system_prompt(self, text: str) -> None:
+        """New instructions for the replies to come."""
+        self.history.system_prompt = text
+
+    def _reset_detector(self) -> None:
+        fresh = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
+        fresh.samples = self._detector.samples
+        self._detector, self._next_detector = fresh, None
+        self._discard_held()
+        self._overlap = False
+        reply = self._speaking_reply()
+        if reply is not None:
+            reply.resume()  # paused for speech that is now forgotten
+
+    def _keep_manual(self, audio: np.ndarray) -> None:
+        """Bounded to ``max_turn_s``: the oldest audio goes first, and is counted."""
+        self._manual.append(audio)
+        self._manual_samples += audio.shape[0]
+        limit = int(self.turn_config.max_turn_s * STT_SAMPLE_RATE)
+        while self._manual_samples > limit and len(self._manual) > 1:
+            dropped = self._manual.popleft()
+            self._manual_samples -= dropped.shape[0]
+            self.counts["manual_dropped_ms"] += round(dropped.shape[0] / 16)
+
+    def _take_manual(self) -> np.ndarray:
+        audio = np.concatenate(list(self._manual)) if self._manual else np.zeros(0, np.float32)
+        self._manual.clear()
+        self._manual_samples = 0
+        return audio
+
+    def clear_input(self) -> None:
+        """Forget the caller audio that is not part of a turn yet (unprocessed, buffered for
+        a commit, or speech the VAD is in the middle of)."""
+        self._inbound.take()
+        self._take_manual()
+        if self._detector.in_speech:
+            self._reset_detector()
+
+    async def commit_input(self) -> int | None:
+        """Manual turns: the audio received since the last commit is one caller turn. It is
+        transcribed and joins the history unanswered (:meth:`respond` asks for a reply).
+        Returns its turn id; None if under ``MIN_COMMIT_MS`` of audio was buffered."""
+        if self._pump is not None and not self._pump.done():
+            await asyncio.shield(self._pump)  # what was sent before the commit belongs to it
+        if self._manual_samples < MIN_COMMIT_MS * STT_SAMPLE_RATE // 1000:
+            return None
+        self._turn_ids += 1
+        timeline = TurnTimeline(self._turn_ids)
+        timeline.mark("speech_end")
+        timeline.mark("eot")
+        self._reply = self._new_reply(timeline, self._take_manual(), held=False, respond=False)
+        return self._turn_ids
+
+    @property
+    def responding(self) -> bool:
+        """A reply is being prepared or spoken."""
+        return self._speaking_reply() is not None
+
+    def respond(self) -> int:
+        """Answer the conversation as it stands, with no new caller audio (a client asked,
+        e.g. OpenAI ``response.create``). It starts once the turn before it is done.
+        Returns the reply's turn id."""
+        self._turn_ids += 1
+        timeline = TurnTimeline(self._turn_ids)
+        timeline.mark("speech_end")  # the request: voice-to-voice runs from here
+        timeline.mark("eot")
+        self._reply = self._new_reply(timeline, None, held=False)
+        return self._turn_ids
+
+    async def cancel_response(self) -> bool:
+        """Stop the reply in flight; the history keeps what the caller heard of it.
+        False if none is in flight."""
+        reply = self._speaking_reply()
+        if reply is None:
+            return False
+        await reply.interrupt(time.monotonic_ns())
+        reply.status, reply.reason = "cancelled", "cancelled by the client"
+        return True
+
+    async def truncate_reply(self, turn_id: int, audio_end_ms: float) -> str | None:
+        """The client played reply ``turn_id`` only up to ``audio_end_ms`` of its audio
+        (its own report, e.g. OpenAI ``conversation.item.truncate``): the history keeps
+        just the words spoken until then. A reply still in flight stops there. Returns the
+        text kept; None if that reply is unknown (never finished here, or too old)."""
+        reply = self._reply
+        if reply is not None and reply.turn_id == turn_id and not reply.task.done():
+            reply.tracker.ack_ms(audio_end_ms)
+            if not reply.cancel.cancelled:
+                await reply.interrupt(time.monotonic_ns())
+                self.counts["truncations"] += 1
+            await reply.wait()
+        turn = self._finished.get(turn_id)
+        if turn is None:
+            return None
+        tracker = turn.tracker
+        heard = min(tracker.sent_samples, int(audio_end_ms * tracker.rate / 1000))
+        text = tracker.text_until(heard)
+        if turn.assistant is not None:
+            if text:
+                turn.assistant = self.history.replace(turn.assistant, text)
+            else:
+                self.history.remove(turn.assistant)
+                turn.assistant = None
+        elif text and turn.user is not None:
+            message = ChatMessage("assistant", text)
+            if self.history.insert_after(turn.user, message):
+                turn.assistant = message
+        return text
+
+    def add_message(self, role: Role, text: str) -> ChatMessage:
+        """A message the client writes into the conversation (text, no audio)."""
+        return self.history.add(role, text)
+
+    def delete_message(self, message: ChatMessage) -> bool:
+        """Take a message out of the history; False if it is already gone."""
+        for turn in self._finished.values():
+            if turn.user is message:
+                turn.user = None
+            if turn.assistant is message:
+                turn.assistant = None
+        return self.history.remove(message)
+
+    def turn_messages(self, turn_id: int) -> TurnMessages | None:
+        """What finished turn ``turn_id`` left in the history; None while it is in flight
+        (or when it is too old to be remembered)."""
+        return self._finished.get(turn_id)
+
+    def _remember(self, turn_id: int, messages: TurnMessages) -> None:
+        self._finished[turn_id] = messages
+        while len(self._finished) > REMEMBERED_TURNS:
+            del self._finished[next(iter(self._finished))]

@@ -119,6 +119,12 @@ class Metrics:
         self.errors = Counter(
             "voxpipe_errors_total", "Error events sent to clients.", ["code"], registry=r
         )
+        self.dtmf = Counter(
+            "voxpipe_dtmf_total",
+            "DTMF key presses received (Twilio), by digit.",
+            ["digit"],
+            registry=r,
+        )
         self.preemptions = Counter(
             "voxpipe_preemptions_total",
             "Replies started during the caller's pause: used at the end of the turn, or wasted "

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from voxpipe.config import Config
@@ -26,12 +26,16 @@ from voxpipe.engines.loader import load_engines
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
+from voxpipe.server import web
 from voxpipe.server.auth import Authenticator, AuthError, Credentials
 from voxpipe.server.calls import CallRegistry
 from voxpipe.server.lifecycle import serve_call
 from voxpipe.server.store import SqliteStore
+from voxpipe.server.webrtc_offers import WebRTCOffers
 from voxpipe.transports.base import Transport
 from voxpipe.transports.native import NativeTransport
+from voxpipe.transports.openai_realtime import RealtimeTransport
+from voxpipe.transports.twilio import TwilioTransport
 
 log = logging.getLogger("voxpipe.server")
 
@@ -78,6 +82,7 @@ class ServerState:
 
 def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> Starlette:
     state = ServerState(config)
+    webrtc = WebRTCOffers(state)
 
     async def load() -> None:
         try:
@@ -102,6 +107,7 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             loader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await loader
+            await webrtc.close()  # its peer connections live outside any HTTP request
             if state.services is not None:
                 state.services.runners.close()
                 if isinstance(state.services.store, SqliteStore):
@@ -121,6 +127,8 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
         return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def index(request: Request) -> Response:
+        if web.wants_html(request.headers.get("accept", "")):
+            return web.page()  # a browser: the voice page (voxpipe/web/)
         return JSONResponse(
             {
                 "service": "voxpipe",
@@ -148,14 +156,16 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
 
         return WebSocketRoute(transport.path, endpoint)
 
-    transports: list[Transport] = [NativeTransport()]
+    transports: list[Transport] = [NativeTransport(), TwilioTransport(), RealtimeTransport()]
     app = Starlette(
         routes=[
             Route("/", index),
+            Mount(web.STATIC_PATH, web.WebFiles(), name="web"),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
             Route("/v1/tokens", tokens, methods=["POST"]),
+            Route(webrtc.path, webrtc.offer, methods=["POST"]),
             *(websocket_route(t) for t in transports),
         ],
         lifespan=lifespan,

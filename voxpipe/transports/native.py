@@ -15,6 +15,7 @@ call at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import struct
@@ -47,8 +48,9 @@ log = logging.getLogger("voxpipe.native")
 
 AUDIO_HEADER = struct.Struct("<II")  # seq, turn_id; then PCM16LE mono
 # A connection that vanished (no close frame, or a missed heartbeat) may come back; any
-# other close, by either side, is a hang-up.
-DROPPED_CODES = (1006, 1011)
+# other close, by either side, is a hang-up. uvicorn reports a vanished peer as 1005 or
+# 1006, so a client that hangs up sends session.end or closes with a code (1000).
+DROPPED_CODES = (1005, 1006, 1011)
 REPLAY_MAX_EVENTS = 4096
 
 
@@ -268,7 +270,8 @@ class NativeConnection:
                 elif message.get("text") is not None:
                     if await self._on_text(message["text"]) == "end":
                         await self.sink.flush(2.0)
-                        await self.ws.close(CloseCode.NORMAL)
+                        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                            await self.ws.close(CloseCode.NORMAL)  # the caller may be gone
                         return
         except WebSocketDisconnect as exc:
             hangup = exc.code not in DROPPED_CODES
@@ -287,7 +290,8 @@ class NativeConnection:
         ended = self.call.ended
         replaced = ended is not None and ended.code is ErrorCode.SESSION_REPLACED
         grace = self.cfg.server.resume_grace_s
-        if replaced or (not hangup and ended is None and grace > 0):
+        dropped = not hangup and ended is None and not self.sink.overflowed
+        if replaced or (dropped and grace > 0):
             log.info("session %s detached; waiting %.0f s for a reconnect", session.id, grace)
             self.call.registry.detach(session, outbound, grace, _close_session(self.services))
             return
@@ -460,14 +464,14 @@ class NativeConnection:
         self.call.attach(session)
         missed, complete = outbound.missed(since)
         session.counts["resumes"] += 1
-        started = outbound.event(  # kept, not yet sent: the sink attaches after the replay
-            self._started_event(
-                session, resumed=True, input_samples=outbound.input_samples, replayed=len(missed)
-            )
+        # Not numbered: it belongs to this connection, not to the session's stream, and goes
+        # out before the replay.
+        started = self._started_event(
+            session, resumed=True, input_samples=outbound.input_samples, replayed=len(missed)
         )
-        self.sink.put(started.message, 0.0)
-        for sent in missed:
-            self.sink.put(sent.message, sent.audio_ms)
+        self.sink.put(json.dumps(started.to_dict(), separators=(",", ":")), 0.0)
+        for sent in missed:  # bounded by the replay buffer, not by the live send bound
+            self.sink.put(sent.message, 0.0)
         outbound.sink = self.sink
         if not complete:
             await self.error(

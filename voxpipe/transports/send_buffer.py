@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-MAX_EVENTS = 2048  # text events waiting; a client that lets this many pile up is not reading
+MAX_EVENTS = 8192  # text events waiting (a replay after a reconnect may bring up to 4096)
 
 
 class Observer(Protocol):

@@ -1,0 +1,172 @@
+"""``POST /v1/webrtc/offer``: the door and the lifetime of a WebRTC call.
+
+A WebRTC call is signalled over one HTTP request and then lives on UDP, so it cannot
+ride the WebSocket lifecycle of ``lifecycle.serve_call``; it gets the same checks here,
+in the same order: readiness (503), auth (401), then admission (429 at capacity, 503
+draining), each answered with the protocol's ``error`` JSON. An admitted call holds its
+slot until its peer connection closes, and is ended like any other by the idle and
+maximum-duration watchdog, by drain, and by the server's shutdown (:meth:`close`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from voxpipe.conversation.events import ErrorCode, ErrorEvent
+from voxpipe.server.auth import AuthError, Credentials
+from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.server.lifecycle import _watch
+from voxpipe.transports.native import _describe
+from voxpipe.transports.webrtc import OfferError, WebRTCConnection, WebRTCOffer
+
+if TYPE_CHECKING:
+    from voxpipe.server.app import ServerState
+
+log = logging.getLogger("voxpipe.webrtc")
+
+PATH = "/v1/webrtc/offer"
+ANSWER_TIMEOUT_S = 10.0  # ICE gathering is local (no STUN): this is generous
+STATUS = {
+    ErrorCode.NOT_READY: 503,
+    ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.AT_CAPACITY: 429,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
+}
+
+
+def error_response(code: ErrorCode, message: str, status: int | None = None) -> JSONResponse:
+    """The protocol's ``error`` event as the HTTP answer; 429 and 503 say when to retry."""
+    status = status or STATUS.get(code, 400)
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return JSONResponse(ErrorEvent.of(code, message).to_dict(), status, headers=headers)
+
+
+class WebRTCOffers:
+    """Answers offers and owns the WebRTC calls they start (one task each)."""
+
+    path = PATH
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self._calls: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    async def offer(self, request: Request) -> Response:
+        state = self.state
+        services = state.services
+        if self._closing:
+            return self._refuse(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
+        if services is None:
+            return self._refuse(
+                ErrorCode.NOT_READY, "models are still loading; retry when /readyz is 200"
+            )
+        try:
+            principal = state.auth.check(Credentials.of(request.headers, request.query_params, []))
+        except AuthError as exc:
+            return self._refuse(ErrorCode.UNAUTHORIZED, str(exc))
+        body = await self._read_offer(request)
+        if isinstance(body, Response):
+            return body
+        if body.session_id is not None and state.calls.find_session(body.session_id):
+            return self._refuse(
+                ErrorCode.ALREADY_STARTED, f"session {body.session_id[:64]!r} is live", 409
+            )
+        call = Call("webrtc", services, state.calls, principal)
+        refusal = state.calls.admit(call)
+        if refusal is not None:
+            return self._refuse(refusal.code, refusal.message)
+        connection: WebRTCConnection | None = None
+        try:
+            connection = WebRTCConnection(call, body)
+            sdp = await asyncio.wait_for(connection.answer(), ANSWER_TIMEOUT_S)
+        except BaseException as exc:  # refused, timed out, or the request was cancelled
+            if connection is not None:
+                await connection.close()
+            state.calls.release(call)
+            if isinstance(exc, OfferError):
+                return self._refuse(exc.code, exc.message)
+            if isinstance(exc, ValidationError):  # the turn options, merged with the server's
+                return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {_describe(exc)}")
+            if isinstance(exc, TimeoutError):
+                return self._refuse(ErrorCode.INTERNAL, "the answer took too long", 500)
+            raise
+        task = asyncio.get_running_loop().create_task(
+            self._run(connection, call), name=f"call-{call.id}"
+        )
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        return JSONResponse(
+            {"type": "answer", "sdp": sdp, "session_id": connection.session.id, "call_id": call.id}
+        )
+
+    def _refuse(self, code: ErrorCode, message: str, status: int | None = None) -> Response:
+        self.state.metrics.errors.labels(code).inc()
+        return error_response(code, message, status)
+
+    async def _read_offer(self, request: Request) -> WebRTCOffer | Response:
+        limit = self.state.config.server.max_message_bytes
+        body = bytearray()
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    return self._refuse(
+                        ErrorCode.MESSAGE_TOO_LARGE, f"the offer exceeds {limit} bytes"
+                    )
+        except ClientDisconnect:
+            return Response(status_code=400)
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            return self._refuse(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {reason}")
+        try:
+            return WebRTCOffer.model_validate(payload)
+        except ValidationError as exc:
+            return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {_describe(exc)}")
+
+    async def _run(self, connection: WebRTCConnection, call: Call) -> None:
+        """Like ``lifecycle._run``: the watchdog and ``call.end`` may end the call at any time."""
+        serving = asyncio.create_task(connection.run(), name=f"webrtc-{call.id}")
+        closed = asyncio.Event()
+
+        async def end(why: CallEnd) -> None:
+            log.info("ending call %s: %s", call.id, why.message)
+            self.state.metrics.errors.labels(why.code).inc()
+            serving.cancel()
+            await closed.wait()
+
+        call._end = end
+        watchdog = asyncio.create_task(_watch(call, self.state), name=f"watch-{call.id}")
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(serving)
+        finally:
+            if not serving.done():  # this task was cancelled (server exit)
+                serving.cancel()
+            with contextlib.suppress(BaseException):
+                await serving
+            with contextlib.suppress(BaseException):
+                await connection.close()  # waits for the cleanup, even if serving was cancelled
+            closed.set()
+            watchdog.cancel()
+            with contextlib.suppress(BaseException):
+                await watchdog
+            self.state.calls.release(call)
+
+    async def close(self) -> None:
+        """Server shutdown: end every WebRTC call and wait until its cleanup is done."""
+        self._closing = True
+        why = CallEnd(ErrorCode.SHUTTING_DOWN, "the server is shutting down", CloseCode.GOING_AWAY)
+        calls = [c for c in self.state.calls.active if c.transport == "webrtc"]
+        await asyncio.gather(*(c.end(why) for c in calls), return_exceptions=True)
+        await asyncio.gather(*self._calls, return_exceptions=True)

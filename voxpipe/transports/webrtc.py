@@ -1,0 +1,386 @@
+"""WebRTC (``POST /v1/webrtc/offer``, ``docs/webrtc.md``): Opus audio both ways and a data
+channel carrying the native protocol's JSON events, on aiortc.
+
+Decode and encode only, as every transport: the caller's Opus track is decoded by aiortc
+and fed to the session as PCM16 at 48 kHz; the session's reply frames (made at 48 kHz) are
+played by :class:`~voxpipe.transports.webrtc_media.ReplyTrack`, 20 ms each in real time;
+session events go out on the data channel as the same JSON the WebSocket carries. The
+offer's HTTP exchange, readiness, auth and admission live in ``server/webrtc_offers.py``.
+
+Because the server itself is the player of the reply track, it knows when each frame leaves
+for the caller and reports it to the session as a playback ack: a barge-in keeps only the
+words that were sent to the caller's ear, with no help from the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from typing import Any, Literal
+
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCDataChannel,
+    RTCPeerConnection,
+    RTCRtpSender,
+    RTCSessionDescription,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from voxpipe.conversation.events import (
+    AudioOut,
+    ErrorCode,
+    ErrorEvent,
+    Event,
+    PlaybackClear,
+    Pong,
+    SessionStarted,
+    SessionUpdated,
+)
+from voxpipe.conversation.session import Session
+from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.native import (
+    PlaybackAck,
+    SessionUpdate,
+    TurnOptions,
+    _describe,
+    _merge_turn,
+)
+from voxpipe.transports.webrtc_media import FRAME_MS, RATE, ReplyTrack, read_caller_audio
+
+log = logging.getLogger("voxpipe.webrtc")
+
+MAX_OFFER_SDP = 64 * 1024
+PENDING_EVENTS = 256  # events queued before the data channel opens; the oldest are dropped
+INBOX_EVENTS = 64  # client events waiting to be handled; more are refused with an error
+CHANNEL_BUFFER_BYTES = 1 << 20  # data channel bytes not yet sent: beyond, a slow consumer
+END_FLUSH_S = 0.5  # how long the goodbye error may take to leave
+
+
+class WebRTCOffer(BaseModel):
+    """The body of ``POST /v1/webrtc/offer``: an SDP offer and the session's options (the
+    ``session.start`` fields that a WebRTC call can choose: the audio format is Opus)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    sdp: str = Field(min_length=1, max_length=MAX_OFFER_SDP)
+    type: Literal["offer"]
+    session_id: str | None = Field(None, min_length=1, max_length=128)
+    instructions: str | None = Field(None, max_length=8000)
+    turn: TurnOptions | None = None
+
+
+class OfferError(Exception):
+    """The offer cannot be answered (bad SDP, no audio, no Opus): the HTTP answer is 400."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def event_text(event: Event) -> str:
+    return json.dumps(event.to_dict(), separators=(",", ":"))
+
+
+class WebRTCConnection:
+    """One call over one peer connection: answer the offer, then translate until hang-up.
+
+    :meth:`run` returns on a hang-up (``session.end``, the connection closed or failed, or
+    never connecting within ``server.start_timeout_s``) and may be cancelled by the server
+    (``call.end``); either way its cleanup closes the session and the peer connection.
+    """
+
+    def __init__(self, call: Call, offer: WebRTCOffer) -> None:
+        turn = _merge_turn(call.services.config.turn, offer.turn)  # first: it may raise
+        self.call = call
+        self.services = call.services
+        self.cfg = call.services.config
+        self.offer = offer
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.channel: RTCDataChannel | None = None
+        self._pending: deque[str] = deque(maxlen=PENDING_EVENTS)
+        self._inbox: asyncio.Queue[str | bytes] = asyncio.Queue(INBOX_EVENTS)
+        self._hangup = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ending: asyncio.Task[None] | None = None
+        self._cleanup: asyncio.Future[None] | None = None
+        self.track = ReplyTrack(self.cfg.audio.playback_lead_ms + 1000, self._played, self._dropped)
+        self.session = Session(
+            offer.session_id or uuid.uuid4().hex,
+            self.services,
+            self.send_event,
+            self.send_audio,
+            input_sample_rate=RATE,
+            output_sample_rate=RATE,
+            turn_config=turn,
+            system_prompt=offer.instructions,
+        )
+        call.attach(self.session)
+
+    # -- signalling -----------------------------------------------------------
+
+    async def answer(self) -> str:
+        """The SDP answer to the offer; raises :class:`OfferError` for an offer we cannot take."""
+        pc = self.pc
+        pc.on("track", self._on_track)
+        pc.on("datachannel", self._on_datachannel)
+        pc.on("connectionstatechange", self._on_state)
+        transceiver = pc.addTransceiver(self.track, direction="sendrecv")
+        opus = [c for c in RTCRtpSender.getCapabilities("audio").codecs if c.name == "opus"]
+        transceiver.setCodecPreferences(opus)
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(self.offer.sdp, "offer"))
+        except Exception as exc:  # aiortc raises ValueError, OperationError, ... on bad SDP
+            raise OfferError(
+                ErrorCode.INVALID_EVENT, f"the offer was refused: {type(exc).__name__}: {exc}"
+            ) from exc
+        kinds = [t.kind for t in pc.getTransceivers() if t.mid is not None]
+        if transceiver.mid is None:
+            raise OfferError(ErrorCode.INVALID_EVENT, "the offer has no audio section")
+        if "video" in kinds:
+            raise OfferError(ErrorCode.INVALID_EVENT, "voxpipe takes audio only: drop the video")
+        await pc.setLocalDescription(await pc.createAnswer())
+        return pc.localDescription.sdp
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self._spawn(read_caller_audio(track, self.session.feed), "inbound")
+
+    def _on_datachannel(self, channel: RTCDataChannel) -> None:
+        if self.channel is not None:
+            channel.close()  # one events channel per call
+            return
+        self.channel = channel
+        channel.on("message", self._on_message)
+        if channel.readyState == "open":
+            self._flush_pending()
+        else:
+            channel.on("open", self._flush_pending)
+
+    def _on_state(self) -> None:
+        state = self.pc.connectionState
+        log.debug("call %s: connection %s", self.call.id, state)
+        if state == "connected":
+            self._connected.set()
+        elif state in ("failed", "closed"):
+            self._hangup.set()
+
+    def _spawn(self, work: Any, what: str) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            work, name=f"webrtc-{what}-{self.call.id}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- sending --------------------------------------------------------------
+
+    async def send_event(self, event: Event) -> None:
+        if isinstance(event, PlaybackClear):
+            self.track.clear()
+        if isinstance(event, ErrorEvent):
+            self.services.metrics.errors.labels(event.code).inc()
+        self._send_text(event_text(event))
+
+    async def send_audio(self, frame: AudioOut) -> None:
+        self.track.push(frame)
+
+    def _send_text(self, text: str) -> None:
+        channel = self.channel
+        if channel is None or channel.readyState != "open":
+            self._pending.append(text)
+            return
+        if channel.bufferedAmount > CHANNEL_BUFFER_BYTES:
+            self._slow_consumer()
+            return
+        channel.send(text)
+
+    def _flush_pending(self) -> None:
+        self._send_text(event_text(self._started_event()))
+        while self._pending and self.channel is not None and self.channel.readyState == "open":
+            self._send_text(self._pending.popleft())
+
+    def _started_event(self) -> SessionStarted:
+        engines = self.services.engines
+        return SessionStarted(
+            session_id=self.session.id,
+            input_sample_rate=RATE,
+            output_sample_rate=RATE,
+            out_frame_ms=FRAME_MS,
+            config={"turn": self.session.turn_config.model_dump()},
+            models={
+                "vad": engines.vad.name,
+                "stt": engines.stt.name,
+                "llm": engines.llm.name,
+                "tts": engines.tts.name,
+            },
+        )
+
+    def _played(self, seq: int) -> None:
+        self.session.playback_ack(seq)
+
+    def _dropped(self, seconds: float) -> None:
+        self.services.metrics.audio_dropped.labels("outbound", "drop_oldest").inc(seconds)
+
+    def _slow_consumer(self) -> None:
+        if self._ending is not None:
+            return
+        self.services.metrics.slow_consumers.inc()
+        why = CallEnd(
+            ErrorCode.SLOW_CONSUMER,
+            f"the client stopped reading its data channel ({CHANNEL_BUFFER_BYTES} bytes wait)",
+            CloseCode.SLOW_CONSUMER,
+        )
+        self._ending = asyncio.get_running_loop().create_task(
+            self.call.end(why), name=f"end-{self.call.id}"
+        )
+
+    async def error(self, code: ErrorCode, message: str) -> None:
+        await self.send_event(ErrorEvent.of(code, message))
+
+    # -- receiving ------------------------------------------------------------
+
+    def _on_message(self, message: str | bytes) -> None:
+        try:
+            self._inbox.put_nowait(message)
+        except asyncio.QueueFull:
+            self.services.metrics.errors.labels(ErrorCode.INVALID_EVENT).inc()
+            self._send_text(
+                event_text(
+                    ErrorEvent.of(
+                        ErrorCode.INVALID_EVENT,
+                        f"over {INBOX_EVENTS} events wait to be handled; this one was dropped",
+                    )
+                )
+            )
+
+    async def _read_events(self) -> None:
+        while True:
+            message = await self._inbox.get()
+            if isinstance(message, bytes):
+                await self.error(
+                    ErrorCode.INVALID_EVENT,
+                    "the data channel carries JSON text events; audio goes on the media track",
+                )
+            elif await self._on_text(message) == "end":
+                self._hangup.set()
+                return
+
+    async def _on_text(self, text: str) -> str | None:
+        limit = self.cfg.server.max_message_bytes
+        if len(text.encode()) > limit:
+            await self.error(ErrorCode.MESSAGE_TOO_LARGE, f"text message exceeds {limit} bytes")
+            return None
+        try:
+            payload = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            await self.error(ErrorCode.INVALID_JSON, f"not valid JSON: {reason}")
+            return None
+        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+            await self.error(
+                ErrorCode.INVALID_EVENT, "an event is a JSON object with a string 'type'"
+            )
+            return None
+        kind = payload["type"]
+        if kind == "session.update":
+            await self._update(payload)
+        elif kind == "playback.ack":
+            await self._ack(payload)
+        elif kind == "history.get":
+            await self.send_event(self.session.history_snapshot())
+        elif kind == "ping":
+            await self.send_event(Pong())
+        elif kind == "session.end":
+            return "end"
+        elif kind == "session.start":
+            await self.error(
+                ErrorCode.ALREADY_STARTED,
+                "a WebRTC session starts with its offer; send session.update to change it",
+            )
+        else:
+            await self.error(ErrorCode.UNKNOWN_EVENT, f"unknown event type {kind[:64]!r}")
+        return None
+
+    async def _ack(self, payload: dict[str, Any]) -> None:
+        try:
+            ack = PlaybackAck.model_validate(payload)
+        except ValidationError as exc:
+            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {_describe(exc)}")
+            return
+        if not self.session.playback_ack(ack.seq):
+            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
+
+    async def _update(self, payload: dict[str, Any]) -> None:
+        try:
+            update = SessionUpdate.model_validate(payload)
+            turn = _merge_turn(self.session.turn_config, update.turn)
+        except ValidationError as exc:
+            await self.error(ErrorCode.INVALID_EVENT, f"session.update: {_describe(exc)}")
+            return
+        self.session.update_turn_config(turn)
+        await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
+
+    # -- lifetime -------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._spawn(self._read_events(), "events")
+        try:
+            timeout = self.cfg.server.start_timeout_s
+            try:
+                await asyncio.wait_for(self._wait_connected(), timeout)
+            except TimeoutError:
+                log.info("call %s: no WebRTC connection in %.0f s", self.call.id, timeout)
+                self.services.metrics.errors.labels(ErrorCode.START_TIMEOUT).inc()
+                return
+            await self._hangup.wait()
+        finally:
+            await self.close()
+
+    async def _wait_connected(self) -> None:
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._connected, self._hangup)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def close(self) -> None:
+        """Stop everything this call started. Safe to call again, and to cancel: the cleanup
+        runs to its end once begun, and every caller waits for the same one."""
+        if self._cleanup is None:
+            self._cleanup = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._cleanup)
+
+    async def _close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        ended = self.call.ended
+        if ended is not None:
+            await self._say_goodbye(ended)
+        started = time.monotonic()
+        await self.session.close()
+        self.services.metrics.hangup_cleanup.observe(time.monotonic() - started)
+        self.track.stop()
+        with contextlib.suppress(Exception):
+            await self.pc.close()
+
+    async def _say_goodbye(self, ended: CallEnd) -> None:
+        """Tell the caller why the server ends the call, if its channel is still there."""
+        channel = self.channel
+        if channel is None or channel.readyState != "open":
+            return
+        sent = asyncio.Event()
+        channel.once("bufferedamountlow", sent.set)  # fires when the buffer drains to 0
+        channel.send(event_text(ErrorEvent.of(ended.code, ended.message)))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(sent.wait(), END_FLUSH_S)

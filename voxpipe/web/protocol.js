@@ -1,0 +1,107 @@
+// The native voice protocol (docs/protocol.md) over one WebSocket: encode and decode only.
+//
+// Text messages are JSON events; binary messages are PCM16 caller audio out, and
+// [seq uint32 LE | turn_id uint32 LE | PCM16 LE] reply audio in.
+
+export const AUDIO_HEADER_BYTES = 8;
+// Bound on audio waiting in the socket: past this the network is not keeping up, and
+// older speech is worth more than newer to the turn in progress. Policy: drop new frames.
+const MAX_BUFFERED_BYTES = 1 << 20;
+
+/** The /v1/voice URL next to this page, carrying the page's own ?token= on. */
+export function voiceUrl(pageUrl) {
+  const page = new URL(pageUrl);
+  const url = new URL("v1/voice", page);
+  url.protocol = page.protocol === "https:" ? "wss:" : "ws:";
+  url.search = "";
+  const token = page.searchParams.get("token");
+  if (token) url.searchParams.set("token", token);
+  return url.toString();
+}
+
+/** One reply frame: its sequence number, the turn it answers and its samples. */
+export function decodeAudioFrame(buffer) {
+  if (buffer.byteLength < AUDIO_HEADER_BYTES || buffer.byteLength % 2) {
+    throw new Error(`bad reply frame of ${buffer.byteLength} bytes`);
+  }
+  const header = new DataView(buffer, 0, AUDIO_HEADER_BYTES);
+  return {
+    seq: header.getUint32(0, true),
+    turnId: header.getUint32(4, true),
+    pcm: new Int16Array(buffer, AUDIO_HEADER_BYTES),
+  };
+}
+
+export class VoiceConnection {
+  /**
+   * @param {string} url ws(s)://…/v1/voice
+   * @param {{onEvent: (e: object) => void, onAudio: (f: object) => void,
+   *          onClose: (code: number, reason: string) => void}} handlers
+   */
+  constructor(url, handlers) {
+    this.url = url;
+    this.handlers = handlers;
+    this.ws = null;
+    this.counts = { framesSent: 0, framesDropped: 0, framesReceived: 0, acksSent: 0 };
+  }
+
+  /** Connect and start the session; resolves with session.started, rejects on error or close. */
+  open(start) {
+    return new Promise((resolve, reject) => {
+      let started = false;
+      const ws = new WebSocket(this.url);
+      ws.binaryType = "arraybuffer";
+      this.ws = ws;
+      ws.onopen = () => ws.send(JSON.stringify({ type: "session.start", ...start }));
+      ws.onmessage = (message) => {
+        if (typeof message.data !== "string") {
+          this.counts.framesReceived++;
+          this.handlers.onAudio(decodeAudioFrame(message.data));
+          return;
+        }
+        const event = JSON.parse(message.data);
+        if (!started && event.type === "session.started") {
+          started = true;
+          resolve(event);
+        } else if (!started && event.type === "error") {
+          reject(new Error(`${event.code}: ${event.message}`));
+        }
+        this.handlers.onEvent(event);
+      };
+      ws.onclose = (close) => {
+        if (!started) reject(new Error(`connection closed (${close.code}) ${close.reason}`));
+        this.handlers.onClose(close.code, close.reason);
+      };
+    });
+  }
+
+  get isOpen() {
+    return this.ws !== null && this.ws.readyState === WebSocket.OPEN;
+  }
+
+  send(event) {
+    if (this.isOpen) this.ws.send(JSON.stringify(event));
+  }
+
+  /** One frame of caller audio (an ArrayBuffer of PCM16 at the declared input rate). */
+  sendAudio(buffer) {
+    if (!this.isOpen) return;
+    if (this.ws.bufferedAmount > MAX_BUFFERED_BYTES) {
+      this.counts.framesDropped++;
+      return;
+    }
+    this.ws.send(buffer);
+    this.counts.framesSent++;
+  }
+
+  ack(seq) {
+    this.send({ type: "playback.ack", seq });
+    this.counts.acksSent++;
+  }
+
+  /** Hang up: the server cancels any reply in flight and closes with 1000. */
+  close() {
+    if (this.isOpen) this.send({ type: "session.end" });
+    else if (this.ws) this.ws.close();
+  }
+}
