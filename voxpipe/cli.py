@@ -196,6 +196,12 @@ def cmd_load(args: argparse.Namespace) -> int:
     return load_main(args)
 
 
+def cmd_bench_transports(args: argparse.Namespace) -> int:
+    from voxpipe.bench.transports import main as transports_main
+
+    return transports_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -243,6 +249,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--preempt-reps", type=int, default=1, help="calls per mode, preemption on vs off"
     )
     bench.set_defaults(func=cmd_bench)
+
+    transports = sub.add_parser(
+        "bench-transports", help="the bench conversation through every transport: overhead"
+    )
+    transports.add_argument("--config", type=Path)
+    transports.add_argument("--calls", type=int, default=2, help="calls per transport")
+    transports.add_argument("--turns", type=int, default=5, help="turns per call")
+    transports.add_argument(
+        "--transports", default="native,openai_realtime,twilio,webrtc", help="comma-separated"
+    )
+    transports.add_argument("--warmup-turns", type=int, default=1, help="native, not counted")
+    transports.add_argument("--port", type=int, help="server port (default: a free one)")
+    transports.add_argument("--out", type=Path, default=Path("bench-results/transports.json"))
+    transports.set_defaults(func=cmd_bench_transports)
 
     load = sub.add_parser("load", help="concurrent simulated callers; find the machine's capacity")
     load.add_argument("--calls", type=int, default=4, help="concurrent callers (one step)")

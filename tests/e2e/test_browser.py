@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jiwer
 import numpy as np
 import pytest
+from playwright.sync_api import Browser as PlaywrightBrowser
+from playwright.sync_api import Page, Route, WebSocket, sync_playwright
 
 from tests.support import RunningServer, librivox_clips
 from voxpipe.audio.pcm import float_to_pcm16, read_wav, write_wav
@@ -64,33 +68,18 @@ def speech_wav(folder: Path) -> tuple[Path, str]:
     return path, clip.text
 
 
-def _normalise(text: str) -> str:
-    return jiwer.RemovePunctuation()(text.lower().replace("-", " ")).strip()
+@dataclass
+class Browser:
+    chromium: PlaywrightBrowser
+    said: str  # what the fake microphone says
 
 
-def test_a_spoken_turn_in_the_browser(
-    server: RunningServer, chromium: Path, tmp_path: Path
-) -> None:
-    from playwright.sync_api import Route, WebSocket, sync_playwright
-
-    wav, said = speech_wav(tmp_path)
-    sockets: list[str] = []
-    sent: list[str | bytes] = []
-    problems: list[str] = []
-
-    def on_socket(ws: WebSocket) -> None:
-        sockets.append(ws.url)
-        ws.on("framesent", lambda payload: sent.append(payload))
-
-    def only_loopback(route: Route) -> None:
-        if route.request.url.startswith(server.http):
-            route.continue_()
-        else:
-            problems.append(f"request off loopback: {route.request.url}")
-            route.abort()
-
+@pytest.fixture(scope="module")
+def browser(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """Headless Chromium whose microphone plays a real speech clip once (``%noloop``)."""
+    wav, said = speech_wav(tmp_path_factory.mktemp("browser"))
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
+        launched = playwright.chromium.launch(
             executable_path=str(chromium),
             headless=True,
             args=[
@@ -102,54 +91,90 @@ def test_a_spoken_turn_in_the_browser(
             ],
         )
         try:
-            page = browser.new_page()
-            page.route("**/*", only_loopback)
-            page.on("websocket", on_socket)
-            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-            page.on(
-                "console",
-                lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
-            )
-            page.goto(f"{server.http}/?token={TOKEN}")
-            page.click("#start")
-            page.wait_for_function(
-                "document.querySelector('#status').dataset.state === 'live'", timeout=30_000
-            )
-            # The caller's words, then the agent's reply as heard, then its turn's chart.
-            page.wait_for_function(
-                "document.querySelector('#transcript .caller')?.textContent.trim().length > 0",
-                timeout=REPLY_TIMEOUT_MS,
-            )
-            page.wait_for_function(
-                "document.querySelector('#transcript .agent[data-status]')"
-                "?.textContent.trim().length > 0",
-                timeout=REPLY_TIMEOUT_MS,
-            )
-            page.wait_for_selector("#charts svg rect.bar", timeout=30_000)
-            # The reply played through the worklet and the server was told, frame by frame.
-            page.wait_for_function(
-                "Number(document.querySelector('#counters').dataset.played) > 0 && "
-                "Number(document.querySelector('#counters').dataset.acksSent) > 0",
-                timeout=30_000,
-            )
-            caller = page.inner_text("#transcript .caller")
-            agent = page.inner_text("#transcript .agent")
-            status = page.get_attribute("#transcript .agent", "data-status")
-            widths = page.eval_on_selector_all(
-                "#charts svg rect.bar", "rects => rects.map(r => r.width.baseVal.value)"
-            )
-            v2v: dict[str, Any] = page.eval_on_selector("#v2v", "e => ({...e.dataset})")
-            counters: dict[str, Any] = page.eval_on_selector("#counters", "e => ({...e.dataset})")
-            shot = tmp_path / "browser.png"
-            page.screenshot(path=str(shot), full_page=True)
-            ARTIFACTS.mkdir(exist_ok=True)
-            shutil.copy(shot, ARTIFACTS / "browser.png")
-            page.click("#start")  # hang up
-            page.wait_for_function(
-                "document.querySelector('#status').dataset.state === 'ended'", timeout=10_000
-            )
+            yield Browser(launched, said)
         finally:
-            browser.close()
+            launched.close()
+
+
+def open_page(browser: Browser, server: RunningServer, problems: list[str]) -> Page:
+    """A page that may reach only the server, and reports its errors into ``problems``."""
+
+    def only_loopback(route: Route) -> None:
+        if route.request.url.startswith(server.http):
+            route.continue_()
+        else:
+            problems.append(f"request off loopback: {route.request.url}")
+            route.abort()
+
+    page = browser.chromium.new_page()
+    page.route("**/*", only_loopback)
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on(
+        "console",
+        lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
+    )
+    return page
+
+
+def _normalise(text: str) -> str:
+    return jiwer.RemovePunctuation()(text.lower().replace("-", " ")).strip()
+
+
+def test_a_spoken_turn_in_the_browser(
+    server: RunningServer, browser: Browser, tmp_path: Path
+) -> None:
+    sockets: list[str] = []
+    sent: list[str | bytes] = []
+    problems: list[str] = []
+
+    def on_socket(ws: WebSocket) -> None:
+        sockets.append(ws.url)
+        ws.on("framesent", lambda payload: sent.append(payload))
+
+    page = open_page(browser, server, problems)
+    try:
+        page.on("websocket", on_socket)
+        page.goto(f"{server.http}/?token={TOKEN}")
+        page.click("#start")
+        page.wait_for_function(
+            "document.querySelector('#status').dataset.state === 'live'", timeout=30_000
+        )
+        # The caller's words, then the agent's reply as heard, then its turn's chart.
+        page.wait_for_function(
+            "document.querySelector('#transcript .caller')?.textContent.trim().length > 0",
+            timeout=REPLY_TIMEOUT_MS,
+        )
+        page.wait_for_function(
+            "document.querySelector('#transcript .agent[data-status]')"
+            "?.textContent.trim().length > 0",
+            timeout=REPLY_TIMEOUT_MS,
+        )
+        page.wait_for_selector("#charts svg rect.bar", timeout=30_000)
+        # The reply played through the worklet and the server was told, frame by frame.
+        page.wait_for_function(
+            "Number(document.querySelector('#counters').dataset.played) > 0 && "
+            "Number(document.querySelector('#counters').dataset.acksSent) > 0 && "
+            "Number(document.querySelector('#counters').dataset.queuedMs) === 0",
+            timeout=60_000,
+        )
+        caller = page.inner_text("#transcript .caller")
+        agent = page.inner_text("#transcript .agent")
+        status = page.get_attribute("#transcript .agent", "data-status")
+        widths = page.eval_on_selector_all(
+            "#charts svg rect.bar", "rects => rects.map(r => r.width.baseVal.value)"
+        )
+        v2v: dict[str, Any] = page.eval_on_selector("#v2v", "e => ({...e.dataset})")
+        counters: dict[str, Any] = page.eval_on_selector("#counters", "e => ({...e.dataset})")
+        shot = tmp_path / "browser.png"
+        page.screenshot(path=str(shot), full_page=True)
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(shot, ARTIFACTS / "browser.png")
+        page.click("#start")  # hang up
+        page.wait_for_function(
+            "document.querySelector('#status').dataset.state === 'ended'", timeout=10_000
+        )
+    finally:
+        page.close()
 
     assert problems == []
     # The page connected to the native endpoint next to it, carrying its token on.
@@ -168,10 +193,103 @@ def test_a_spoken_turn_in_the_browser(
     assert acks and acks == sorted(acks) and len(set(acks)) == len(acks)
     assert texts[-1] == {"type": "session.end"}
 
+    said = browser.said
     wer = jiwer.wer(_normalise(said), _normalise(caller))
     assert wer <= 0.35, f"WER {wer:.2f}: the page showed {caller!r} for {said!r}"
     assert status == "completed" and agent.strip()
     assert widths and all(w > 0 for w in widths), widths
     assert float(v2v["p50"]) > 0 and float(v2v["p99"]) >= float(v2v["p50"])
-    assert int(counters["played"]) > 10, counters  # over 200 ms of the reply played
-    assert int(counters["underruns"]) >= 0
+    # Every reply frame received was played, none dropped, and the last one acked.
+    assert int(counters["played"]) == int(counters["framesReceived"]) > 10, counters
+    assert int(counters["dropped"]) == 0, counters
+    assert acks[-1] == int(counters["lastSeq"]), (acks, counters)
+
+
+def test_the_player_plays_back_to_back_and_flushes_at_once(
+    server: RunningServer, browser: Browser
+) -> None:
+    """Barge-in on the page: playback.clear drops every buffered frame in the same render
+    quantum, and the next reply plays at once after it."""
+    problems: list[str] = []
+    page = open_page(browser, server, problems)
+    try:
+        page.goto(server.http)
+        result: dict[str, Any] = page.evaluate(PLAYER_PROBE)
+    finally:
+        page.close()
+    assert problems == []
+    before, after, resumed = result["before"], result["after"], result["resumed"]
+    assert 3 <= before["played"] < 60, before  # ~300 ms of 2 s of queued 20 ms frames
+    assert before["underruns"] == 0 and before["queuedMs"] > 500, before
+    assert after["queuedMs"] == 0 and after["played"] < 80, after
+    assert after["played"] + after["cleared"] == 100, after  # each frame played or dropped
+    assert resumed["lastSeq"] == 105 and resumed["queuedMs"] == 0, resumed  # turn 2 plays
+    acks = result["acks"]
+    assert acks == sorted(set(acks)) and acks[-1] == 105, acks
+
+
+# Runs in the page: 2 s of reply frames, clear after ~300 ms, then a 100 ms second reply.
+PLAYER_PROBE = """async () => {
+  const { openAudio } = await import("/web/audio.js");
+  const { Player } = await import("/web/player.js");
+  const context = await openAudio();
+  const acks = [];
+  const player = new Player(context, (seq) => acks.push(seq));
+  const n = Math.round(context.sampleRate * 0.02);
+  const frame = (seq, turnId) => ({ seq, turnId, pcm: new Int16Array(n).fill(1000) });
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  for (let seq = 1; seq <= 100; seq++) player.push(frame(seq, 1));
+  await sleep(300);
+  const before = { ...player.stats };
+  player.clear();
+  await sleep(100);
+  const after = { ...player.stats };
+  for (let seq = 101; seq <= 105; seq++) player.push(frame(seq, 2));
+  await sleep(400);
+  const resumed = { ...player.stats };
+  await context.close();
+  return { before, after, resumed, acks };
+}"""
+
+
+def test_page_helpers(server: RunningServer, browser: Browser) -> None:
+    """The page's pure functions, in the browser that runs them."""
+    problems: list[str] = []
+    page = open_page(browser, server, problems)
+    try:
+        page.goto(server.http)
+        result: dict[str, Any] = page.evaluate(HELPERS_PROBE)
+    finally:
+        page.close()
+    assert problems == []
+    assert result["url"] == "wss://example.test/app/v1/voice?token=a+b%26c"
+    assert result["plainUrl"] == "ws://127.0.0.1:8765/v1/voice"
+    assert result["frame"] == {"seq": 258, "turnId": 3, "pcm": [1, -2]}
+    assert result["p"] == [50, 99, 100, None, 7]
+    # A preempted turn: STT ran from 220 ms (its measured time), before the end of turn.
+    assert result["stt"] == ["stt", "stt", 220, 700]
+    assert [s[0] for s in result["segments"]][:2] == ["end of turn", "stt"]
+
+
+HELPERS_PROBE = """async () => {
+  const { voiceUrl, decodeAudioFrame } = await import("/web/protocol.js");
+  const { percentile, segments } = await import("/web/waterfall.js");
+  const buffer = new ArrayBuffer(12);
+  const view = new DataView(buffer);
+  view.setUint32(0, 258, true); view.setUint32(4, 3, true);
+  view.setInt16(8, 1, true); view.setInt16(10, -2, true);
+  const f = decodeAudioFrame(buffer);
+  const values = Array.from({ length: 100 }, (_, i) => i + 1);
+  const metrics = { stages_ms: { speech_end: 0, eot: 500, stt_done: 700, llm_request: 701 },
+                    compute_ms: { stt: 470 }, queue_ms: { stt: 10 } };
+  const bars = segments(metrics);
+  return {
+    url: voiceUrl("https://example.test/app/?token=a b%26c&x=1"),
+    plainUrl: voiceUrl("http://127.0.0.1:8765/"),
+    frame: { seq: f.seq, turnId: f.turnId, pcm: Array.from(f.pcm) },
+    p: [percentile(values, 50), percentile(values, 99), percentile(values, 100),
+        percentile([], 50), percentile([7], 99)],
+    stt: bars.find((b) => b[0] === "stt"),
+    segments: bars,
+  };
+}"""

@@ -91,7 +91,7 @@ async def _run(ws: WebSocket, transport: Transport, state: ServerState, call: Ca
         await closed.wait()
 
     call._end = end
-    watchdog = asyncio.create_task(_watch(call, state), name=f"watch-{call.id}")
+    watchdog = asyncio.create_task(watch_call(call, state), name=f"watch-{call.id}")
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(serving)
@@ -108,7 +108,7 @@ async def _run(ws: WebSocket, transport: Transport, state: ServerState, call: Ca
             await watchdog
 
 
-async def _watch(call: Call, state: ServerState) -> None:
+async def watch_call(call: Call, state: ServerState) -> None:
     cfg = state.config.server
     while call.ended is None:
         await asyncio.sleep(WATCH_INTERVAL_S)

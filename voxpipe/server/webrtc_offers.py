@@ -23,8 +23,8 @@ from starlette.responses import JSONResponse, Response
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.server.auth import AuthError, Credentials
 from voxpipe.server.calls import Call, CallEnd, CloseCode
-from voxpipe.server.lifecycle import _watch
-from voxpipe.transports.native import _describe
+from voxpipe.server.lifecycle import watch_call
+from voxpipe.transports.base import describe_error
 from voxpipe.transports.webrtc import OfferError, WebRTCConnection, WebRTCOffer
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class WebRTCOffers:
             if isinstance(exc, OfferError):
                 return self._refuse(exc.code, exc.message)
             if isinstance(exc, ValidationError):  # the turn options, merged with the server's
-                return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {_describe(exc)}")
+                return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {describe_error(exc)}")
             if isinstance(exc, TimeoutError):
                 return self._refuse(ErrorCode.INTERNAL, "the answer took too long", 500)
             raise
@@ -132,7 +132,7 @@ class WebRTCOffers:
         try:
             return WebRTCOffer.model_validate(payload)
         except ValidationError as exc:
-            return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {_describe(exc)}")
+            return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {describe_error(exc)}")
 
     async def _run(self, connection: WebRTCConnection, call: Call) -> None:
         """Like ``lifecycle._run``: the watchdog and ``call.end`` may end the call at any time."""
@@ -146,7 +146,7 @@ class WebRTCOffers:
             await closed.wait()
 
         call._end = end
-        watchdog = asyncio.create_task(_watch(call, self.state), name=f"watch-{call.id}")
+        watchdog = asyncio.create_task(watch_call(call, self.state), name=f"watch-{call.id}")
         try:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(serving)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
@@ -35,3 +36,10 @@ class Transport(Protocol):
     async def serve(self, ws: WebSocket, call: Call) -> None:
         """Run one accepted connection until it ends; ``call.attach`` each session it makes."""
         ...
+
+
+def describe_error(error: ValidationError, what: str = "event") -> str:
+    """The first validation problem, as ``field.path: reason``, for a client's error event."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or what
+    return f"{where}: {first['msg']}"

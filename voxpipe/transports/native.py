@@ -42,6 +42,7 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session
 from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.base import describe_error
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.native")
@@ -99,12 +100,6 @@ class SessionUpdate(BaseModel):
 
     type: Literal["session.update"]
     turn: TurnOptions | None = None
-
-
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "event"
-    return f"{where}: {first['msg']}"
 
 
 def error_text(code: ErrorCode, message: str) -> str:
@@ -363,7 +358,7 @@ class NativeConnection:
         try:
             ack = PlaybackAck.model_validate(payload)
         except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {_describe(exc)}")
+            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {describe_error(exc)}")
             return
         if not session.playback_ack(ack.seq):
             await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
@@ -386,9 +381,9 @@ class NativeConnection:
             out_rate = self._check_rate(
                 start.output_sample_rate, self.cfg.audio.output_sample_rate or tts_rate
             )
-            turn = _merge_turn(self.cfg.turn, start.turn)
+            turn = merge_turn(self.cfg.turn, start.turn)
         except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"session.start: {_describe(exc)}")
+            await self.error(ErrorCode.INVALID_EVENT, f"session.start: {describe_error(exc)}")
             return
         except _BadRate as exc:
             await self.error(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(exc))
@@ -486,9 +481,9 @@ class NativeConnection:
             return
         try:
             update = SessionUpdate.model_validate(payload)
-            turn = _merge_turn(session.turn_config, update.turn)
+            turn = merge_turn(session.turn_config, update.turn)
         except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"session.update: {_describe(exc)}")
+            await self.error(ErrorCode.INVALID_EVENT, f"session.update: {describe_error(exc)}")
             return
         session.update_turn_config(turn)
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
@@ -509,7 +504,7 @@ class _BadRate(ValueError):
     pass
 
 
-def _merge_turn(base: TurnConfig, options: TurnOptions | None) -> TurnConfig:
+def merge_turn(base: TurnConfig, options: TurnOptions | None) -> TurnConfig:
     if options is None:
         return base
     changes = {k: v for k, v in options.model_dump().items() if v is not None}

@@ -36,6 +36,7 @@ from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
 from voxpipe.conversation.session import Session
 from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.base import describe_error
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.twilio")
@@ -129,12 +130,6 @@ class StopInfo(_Message):
 class Stop(_StreamMessage):
     event: Literal["stop"]
     stop: StopInfo
-
-
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "message"
-    return f"{where}: {first['msg']}"
 
 
 def _compact(message: dict[str, Any]) -> str:
@@ -258,7 +253,7 @@ class TwilioConnection:
         try:
             message = model.model_validate(payload)
         except ValidationError as exc:
-            self._bad(ErrorCode.INVALID_EVENT, f"{kind}: {_describe(exc)}")
+            self._bad(ErrorCode.INVALID_EVENT, f"{kind}: {describe_error(exc, 'message')}")
             # A call cannot go on without its start: end it rather than wait for the timeout.
             return CloseCode.POLICY if kind == "start" and self.session is None else None
         if isinstance(message, Connected):

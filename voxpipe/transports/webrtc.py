@@ -45,12 +45,12 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.session import Session
 from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.base import describe_error
 from voxpipe.transports.native import (
     PlaybackAck,
     SessionUpdate,
     TurnOptions,
-    _describe,
-    _merge_turn,
+    merge_turn,
 )
 from voxpipe.transports.webrtc_media import FRAME_MS, RATE, ReplyTrack, read_caller_audio
 
@@ -98,7 +98,7 @@ class WebRTCConnection:
     """
 
     def __init__(self, call: Call, offer: WebRTCOffer) -> None:
-        turn = _merge_turn(call.services.config.turn, offer.turn)  # first: it may raise
+        turn = merge_turn(call.services.config.turn, offer.turn)  # first: it may raise
         self.call = call
         self.services = call.services
         self.cfg = call.services.config
@@ -313,7 +313,7 @@ class WebRTCConnection:
         try:
             ack = PlaybackAck.model_validate(payload)
         except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {_describe(exc)}")
+            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {describe_error(exc)}")
             return
         if not self.session.playback_ack(ack.seq):
             await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
@@ -321,9 +321,9 @@ class WebRTCConnection:
     async def _update(self, payload: dict[str, Any]) -> None:
         try:
             update = SessionUpdate.model_validate(payload)
-            turn = _merge_turn(self.session.turn_config, update.turn)
+            turn = merge_turn(self.session.turn_config, update.turn)
         except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"session.update: {_describe(exc)}")
+            await self.error(ErrorCode.INVALID_EVENT, f"session.update: {describe_error(exc)}")
             return
         self.session.update_turn_config(turn)
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))

@@ -98,14 +98,15 @@ class Call {
   }
 
   stop() {
-    if (this.connection) this.connection.close();
     this.teardown();
   }
 
+  /** Release everything, whichever way the call ended (hang-up, server close, failed start). */
   teardown() {
     if (this.ended) return;
     this.ended = true;
     clearInterval(this.timer);
+    this.connection?.close();
     if (this.connection && this.player) this.showCounters();
     this.mic?.stop();
     this.player?.close();

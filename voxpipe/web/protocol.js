@@ -42,7 +42,7 @@ export class VoiceConnection {
     this.url = url;
     this.handlers = handlers;
     this.ws = null;
-    this.counts = { framesSent: 0, framesDropped: 0, framesReceived: 0, acksSent: 0 };
+    this.counts = { framesSent: 0, framesDropped: 0, framesReceived: 0, badFrames: 0, acksSent: 0 };
   }
 
   /** Connect and start the session; resolves with session.started, rejects on error or close. */
@@ -55,8 +55,15 @@ export class VoiceConnection {
       ws.onopen = () => ws.send(JSON.stringify({ type: "session.start", ...start }));
       ws.onmessage = (message) => {
         if (typeof message.data !== "string") {
+          let frame;
+          try {
+            frame = decodeAudioFrame(message.data);
+          } catch {
+            this.counts.badFrames++; // skipped: one bad frame must not end the call
+            return;
+          }
           this.counts.framesReceived++;
-          this.handlers.onAudio(decodeAudioFrame(message.data));
+          this.handlers.onAudio(frame);
           return;
         }
         const event = JSON.parse(message.data);
