@@ -219,16 +219,17 @@ def test_the_player_plays_back_to_back_and_flushes_at_once(
         page.close()
     assert problems == []
     before, after, resumed = result["before"], result["after"], result["resumed"]
-    assert 3 <= before["played"] < 60, before  # ~300 ms of 2 s of queued 20 ms frames
-    assert before["underruns"] == 0 and before["queuedMs"] > 500, before
-    assert after["queuedMs"] == 0 and after["played"] < 80, after
+    assert before["played"] >= 5 and before["underruns"] == 0, before
+    assert before["queuedMs"] > 500, before  # most of the 2 s still queued
+    assert after["queuedMs"] == 0 and after["played"] < 80, after  # all of it gone at once
     assert after["played"] + after["cleared"] == 100, after  # each frame played or dropped
     assert resumed["lastSeq"] == 105 and resumed["queuedMs"] == 0, resumed  # turn 2 plays
     acks = result["acks"]
     assert acks == sorted(set(acks)) and acks[-1] == 105, acks
 
 
-# Runs in the page: 2 s of reply frames, clear after ~300 ms, then a 100 ms second reply.
+# Runs in the page: 2 s of reply frames, clear once a few have played, then a second reply.
+# It waits on the player's reports, not on fixed sleeps: the machine's load varies.
 PLAYER_PROBE = """async () => {
   const { openAudio } = await import("/web/audio.js");
   const { Player } = await import("/web/player.js");
@@ -237,16 +238,17 @@ PLAYER_PROBE = """async () => {
   const player = new Player(context, (seq) => acks.push(seq));
   const n = Math.round(context.sampleRate * 0.02);
   const frame = (seq, turnId) => ({ seq, turnId, pcm: new Int16Array(n).fill(1000) });
-  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const until = async (probe) => {
+    const deadline = performance.now() + 10000;
+    while (!probe() && performance.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    return { ...player.stats };
+  };
   for (let seq = 1; seq <= 100; seq++) player.push(frame(seq, 1));
-  await sleep(300);
-  const before = { ...player.stats };
+  const before = await until(() => player.stats.played >= 5);
   player.clear();
-  await sleep(100);
-  const after = { ...player.stats };
+  const after = await until(() => player.stats.cleared > 0);
   for (let seq = 101; seq <= 105; seq++) player.push(frame(seq, 2));
-  await sleep(400);
-  const resumed = { ...player.stats };
+  const resumed = await until(() => player.stats.lastSeq === 105);
   await context.close();
   return { before, after, resumed, acks };
 }"""
