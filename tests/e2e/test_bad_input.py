@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
 from tests.conftest import RESUME_GRACE_S
-from tests.support import RunningServer
+from tests.support import RunningServer, assert_server_up, metric_value, metrics_text
 from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode
 
@@ -98,26 +96,6 @@ async def update(ws: ClientConnection, **turn: Any) -> dict[str, Any]:
     for key, value in turn.items():
         assert event["config"]["turn"][key] == value, event
     return event
-
-
-async def assert_server_up(server: RunningServer) -> None:
-    async with httpx.AsyncClient(timeout=5) as http:
-        response = await http.get(f"{server.http}/healthz")
-    assert response.status_code == 200
-    assert response.json() == {"status": "alive"}
-    assert server.alive(), server.log_path.read_text()[-4000:]
-
-
-async def metrics_text(server: RunningServer) -> str:
-    async with httpx.AsyncClient(timeout=5) as http:
-        response = await http.get(f"{server.http}/metrics")
-    assert response.status_code == 200
-    return response.text
-
-
-def metric_value(text: str, sample: str) -> float | None:
-    found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
 
 
 def silence(rate: int, ms: int) -> bytes:

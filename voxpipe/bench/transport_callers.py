@@ -5,8 +5,8 @@ Twilio, WebRTC), which already speaks at real-time pace and plays the reply
 like a phone. On top of it, every caller measures the two instants of
 voice-to-voice latency the same way, so the transports compare fairly:
 
-- the end of the caller's speech: when the frame holding the last loud sample
-  of the clip left (:func:`speech_end_sample`, 35 dB below the loudest frame);
+- instants of the caller's speech ("marks", seconds into the clip, such as its
+  last loud sample): when the 20 ms frame holding each one left the client;
 - the start of the reply: when the first reply audio with a voiced 20 ms window
   (RMS over :data:`VOICED_RMS`) arrived. "First reply byte" would not do:
   WebRTC sends silence all the time, and a reply may open with silence.
@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
+import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from voxpipe.audio.g711 import ulaw_decode
-from voxpipe.audio.resample import resample
-from voxpipe.clients.native_client import AUDIO_HEADER, NativeClient, speech_end_sample
+from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
+from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float
+from voxpipe.audio.resample import StreamResampler, resample
+from voxpipe.clients.native_client import AUDIO_HEADER, NativeClient, Utterance
 from voxpipe.clients.twilio_client import TwilioLine
 from voxpipe.clients.webrtc_client import WebRTCClient
 
@@ -57,11 +60,33 @@ def first_voiced(
     return None
 
 
-def split_at_speech_end(audio: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray]:
-    """The clip up to its last loud 20 ms frame (whole frames), and the quiet rest."""
-    frame = rate // 50
-    cut = min(audio.shape[0], -(-speech_end_sample(audio, rate) // frame) * frame)
-    return audio[:cut], audio[cut:]
+WIRE_RATES = {"native": 16000, "openai_realtime": 24000, "twilio": 8000, "webrtc": 48000}
+
+
+def as_the_server_hears(transport: str, audio: np.ndarray, rate: int) -> np.ndarray:
+    """A clip at 16 kHz the way ``transport`` brings it to the session's VAD: PCM16 (μ-law
+    for Twilio) at the transport's rate, resampled as the session does. WebRTC's Opus is
+    not modelled."""
+    wire = WIRE_RATES[transport]
+    pcm = float_to_pcm16(resample(audio, rate, wire))
+    if transport == "twilio":
+        pcm = ulaw_decode(ulaw_encode(pcm))
+    return StreamResampler(wire, 16000).process(pcm16_to_float(pcm), last=True)
+
+
+def frames_through(mark_s: float, rate: int, frame: int) -> int:
+    """How many ``frame``-sample frames hold the audio up to ``mark_s`` (at least one)."""
+    return max(1, math.ceil(round(mark_s * rate) / frame))
+
+
+def cut_at_marks(
+    audio: np.ndarray, rate: int, marks_s: Sequence[float], frame: int
+) -> list[np.ndarray]:
+    """The clip in ``len(marks_s) + 1`` pieces, each of the first ending on the frame that
+    holds its mark (ascending marks; a piece may be empty)."""
+    cuts = [min(audio.shape[0], frames_through(m, rate, frame) * frame) for m in marks_s]
+    edges = [0, *cuts, audio.shape[0]]
+    return [audio[a:b] for a, b in itertools.pairwise(edges)]
 
 
 class Caller(Protocol):
@@ -72,8 +97,9 @@ class Caller(Protocol):
 
     async def open(self) -> None: ...
 
-    async def say(self, audio: np.ndarray, rate: int) -> int:
-        """Queue a clip on the line; return (monotonic ns) once its last loud frame has left."""
+    async def say(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[int]:
+        """Queue a clip on the line; once the frames holding each of the ascending
+        ``marks_s`` have left, return when each left (monotonic ns)."""
         ...
 
     def first_voiced_after(self, after_ns: int) -> int | None: ...
@@ -106,6 +132,12 @@ class _Tap:
 
 
 class _TappedNativeClient(NativeClient):
+    """The native client, recording reply arrivals and marking any instant of its speech.
+
+    It reaches into the client's line (``_line``, ``_unsent``, ``_frames_sent``) because
+    :meth:`NativeClient.say` marks only the end of the loud speech.
+    """
+
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.chunks: deque[tuple[int, bytes]] = deque(maxlen=KEPT_CHUNKS)
@@ -114,6 +146,19 @@ class _TappedNativeClient(NativeClient):
         started = await super()._open(url, start)
         self._ws = _Tap(self._ws, self.chunks)
         return started
+
+    def say_marked(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[Utterance]:
+        frame = self.input_rate * self.frame_ms // 1000
+        pcm = float_to_pcm16(resample(audio, rate, self.input_rate))
+        chunks = [pcm[i : i + frame * 2] for i in range(0, len(pcm), frame * 2)]
+        base = self._frames_sent + len(self._line)
+        marks = [
+            Utterance(len(chunks), base + frames_through(m, self.input_rate, frame))
+            for m in marks_s
+        ]
+        self._line.extend(chunks)
+        self._unsent.extend(marks)
+        return marks
 
 
 class NativeCaller:
@@ -127,10 +172,11 @@ class NativeCaller:
         started = await self.client.connect()
         self.session_id = started["session_id"]
 
-    async def say(self, audio: np.ndarray, rate: int) -> int:
-        utterance = self.client.say(audio, rate)
-        await utterance.sent.wait()
-        return utterance.speech_end_sent_ns
+    async def say(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[int]:
+        marks = self.client.say_marked(audio, rate, marks_s)
+        for mark in marks:
+            await mark.sent.wait()
+        return [mark.speech_end_sent_ns for mark in marks]
 
     def first_voiced_after(self, after_ns: int) -> int | None:
         return first_voiced(self.client.chunks, self.client.output_rate, after_ns)
@@ -159,10 +205,11 @@ class RealtimeCaller:
         await self.line.connect()
         self.session_id = self.line.session_id
 
-    async def say(self, audio: np.ndarray, rate: int) -> int:
-        spoken = self.line.say(audio, rate)
-        await spoken.sent.wait()
-        return spoken.speech_end_sent_ns
+    async def say(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[int]:
+        marks = self.line.say(audio, rate, marks_s)
+        for mark in marks:
+            await mark.sent.wait()
+        return [mark.sent_ns for mark in marks]
 
     def first_voiced_after(self, after_ns: int) -> int | None:
         return first_voiced(self.line.audio, self.rate, after_ns)
@@ -188,13 +235,16 @@ class TwilioCaller:
     async def open(self) -> None:
         await self.line.connect()
 
-    async def say(self, audio: np.ndarray, rate: int) -> int:
-        speech, rest = split_at_speech_end(resample(audio, rate, self.rate), self.rate)
-        said = self.line.say(speech, self.rate)
-        if rest.shape[0]:
-            self.line.say(rest, self.rate)
-        await said.sent.wait()
-        return time.monotonic_ns()
+    async def say(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[int]:
+        pieces = cut_at_marks(resample(audio, rate, self.rate), self.rate, marks_s, 160)
+        said = [self.line.say(piece, self.rate) if piece.shape[0] else None for piece in pieces]
+        sent, at = [], time.monotonic_ns()
+        for piece in said[: len(marks_s)]:
+            if piece is not None:  # an empty piece: its mark is in the frame before
+                await piece.sent.wait()
+                at = time.monotonic_ns()
+            sent.append(at)
+        return sent
 
     def first_voiced_after(self, after_ns: int) -> int | None:
         media = self.line.of("media", since=after_ns / 1e9)
@@ -230,14 +280,20 @@ class WebRTCCaller:
         started = await self.client.connect()
         self.session_id = started["session_id"]
 
-    async def say(self, audio: np.ndarray, rate: int) -> int:
-        speech, rest = split_at_speech_end(resample(audio, rate, self.rate), self.rate)
-        self.client.line.say(speech, self.rate)
-        await self.client.line.idle.wait()  # the last speech frame has left the microphone
-        at = time.monotonic_ns()
-        if rest.shape[0]:
-            self.client.line.say(rest, self.rate)
-        return at
+    async def say(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[int]:
+        """Piece by piece: the microphone is idle once a piece's last frame has left."""
+        line = self.client.line
+        pieces = cut_at_marks(resample(audio, rate, self.rate), self.rate, marks_s, 960)
+        sent, at = [], time.monotonic_ns()
+        for piece in pieces[: len(marks_s)]:
+            if piece.shape[0]:
+                line.say(piece, self.rate)
+                await line.idle.wait()
+                at = time.monotonic_ns()
+            sent.append(at)
+        if pieces[-1].shape[0]:
+            line.say(pieces[-1], self.rate)
+        return sent
 
     def _frames(self, since_s: float) -> list[tuple[int, bytes]]:
         times, audio, step = self.client.frame_times, self.client.audio, self.frame_bytes

@@ -40,11 +40,11 @@ KEPT_AUDIO = 30000  # reply chunks kept with their arrival (10 min of 20 ms delt
 
 
 @dataclass
-class Spoken:
-    """Speech queued on the line; ``speech_end_sent_ns`` is set when its last loud frame left."""
+class Mark:
+    """An instant of queued speech; ``sent_ns`` is set when the frame holding it has left."""
 
-    speech_end_frame: int
-    speech_end_sent_ns: int = 0
+    frame: int  # frames sent on the line once that frame is out
+    sent_ns: int = 0
     sent: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -66,7 +66,7 @@ class RealtimeLine:
         self.connection: Any = None
         self._client: AsyncOpenAI | None = None
         self._line: deque[bytes] = deque()
-        self._spoken: deque[Spoken] = deque()
+        self._marks: deque[Mark] = deque()  # ascending frames, as queued
         self._frames_sent = 0
         self._ends_at = 0.0  # monotonic time the reply received so far finishes playing
         self._tasks: list[asyncio.Task[None]] = []
@@ -120,17 +120,17 @@ class RealtimeLine:
             chunk = base64.b64encode(self._line.popleft()).decode() if self._line else silence
             await self.connection.send({"type": "input_audio_buffer.append", "audio": chunk})
             self._frames_sent += 1
-            while self._spoken and self._spoken[0].speech_end_frame <= self._frames_sent:
-                spoken = self._spoken.popleft()
-                spoken.speech_end_sent_ns = time.monotonic_ns()
-                spoken.sent.set()
+            while self._marks and self._marks[0].frame <= self._frames_sent:
+                mark = self._marks.popleft()
+                mark.sent_ns = time.monotonic_ns()
+                mark.sent.set()
 
     def say(
         self, audio: np.ndarray, rate: int, marks_s: Sequence[float] | None = None
-    ) -> list[Spoken]:
+    ) -> list[Mark]:
         """Queue float mono speech at ``rate`` after whatever is queued, and return at once.
 
-        One :class:`Spoken` per mark (seconds into the clip, ascending), set when the frame
+        One :class:`Mark` per mark (seconds into the clip, ascending), set when the frame
         holding that instant has left; by default one mark, the end of the loud speech.
         """
         if marks_s is None:
@@ -140,10 +140,10 @@ class RealtimeLine:
         chunks = [pcm[i : i + FRAME_BYTES] for i in range(0, len(pcm), FRAME_BYTES)]
         frame = FRAME_BYTES // 2
         base = self._frames_sent + len(self._line)
-        spoken = [Spoken(base + max(1, math.ceil(round(m * RATE) / frame))) for m in marks_s]
+        marks = [Mark(base + max(1, math.ceil(round(m * RATE) / frame))) for m in marks_s]
         self._line.extend(chunks)
-        self._spoken.extend(spoken)
-        return spoken
+        self._marks.extend(marks)
+        return marks
 
     @property
     def buffered_s(self) -> float:

@@ -1,0 +1,192 @@
+"""Memory stays flat over 200 sequential calls on one real server.
+
+Each call connects, starts a session, streams about a second of audio (silence, speech, or
+speech then a pause long enough to start a preempted reply that the hang-up then cancels) and
+hangs up. Every tenth call holds one full spoken turn through STT, LLM and TTS; a few calls
+vanish without a close frame. After a warm-up the server's resident memory, asyncio tasks and
+threads are sampled, and again after the last call: a call that leaves anything behind shows
+up 180 times.
+
+The warm-up holds ten full turns: the engines' memory (onnxruntime and CTranslate2 arenas,
+llama.cpp buffers, malloc arenas per engine thread) grows in steps to the high-water mark of
+the longest input and reply seen so far, over the first ten or so turns, then stays there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from tests.support import (
+    CARDS,
+    RunningServer,
+    librivox_clips,
+    metric_value,
+    metrics_text,
+    start_server,
+    stop_server,
+    tracebacks,
+    wait_ready,
+)
+from voxpipe.audio.pcm import float_to_pcm16, read_wav
+from voxpipe.clients.native_client import NativeClient
+
+pytestmark = pytest.mark.e2e
+
+CALLS = 200
+WARMUP_CALLS = 20
+FULL_TURN_EVERY = 10  # calls 20, 30, ...: one spoken turn answered in full
+WARMUP_TURN_EVERY = 2  # calls 0, 2, ..., 18
+MIDPOINT = (WARMUP_CALLS + CALLS) // 2
+DROPS = range(7, CALLS, 20)  # calls 7, 27, ...: the connection vanishes mid-audio
+RATE, FRAME_MS, CALL_MS = 16000, 20, 1000
+SEND_SPEEDUP = 4  # audio is timed by its sample clock; sending it faster only saves time
+# After the warm-up, growth is the odd new high-water mark of an engine arena: 0-30 MiB here
+# over 180 calls, and none in the second half. A call that leaks its session (jitter buffer,
+# replay ring of reply audio, history, a saved KV state of ~0.5 MiB, tasks) leaks at least
+# hundreds of KiB, and 180 of them pass this bound.
+GROWTH_LIMIT_MIB = 40
+TASK_SLACK, THREAD_SLACK = 2, 2
+BRIEF = "You are a voice assistant. Answer every message in at most eight words."
+
+CONNECTED = 'voxpipe_calls{state="connected"}'
+DETACHED = 'voxpipe_calls{state="detached"}'
+RSS, TASKS, THREADS = (
+    "voxpipe_resident_memory_bytes",
+    "voxpipe_asyncio_tasks",
+    "voxpipe_threads",
+)
+
+
+@pytest.fixture(scope="module")
+def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server of its own: no other test's calls in its memory; dropped calls end at once."""
+    running = start_server(
+        Path(tmp_path_factory.mktemp("memory")), env={"VOXPIPE_SERVER__RESUME_GRACE_S": "0"}
+    )
+    try:
+        wait_ready(running)
+        yield running
+    finally:
+        stop_server(running)
+
+
+def _speech() -> list[np.ndarray]:
+    """Real speech, 16 kHz, cut into one-second pieces."""
+    pieces = []
+    for clip in librivox_clips():
+        audio, rate = read_wav(clip.path)
+        assert rate == RATE
+        pieces += [audio[i : i + RATE] for i in range(0, len(audio) - RATE, RATE)]
+    return pieces
+
+
+def _frames(audio: np.ndarray) -> list[bytes]:
+    pcm = float_to_pcm16(audio)
+    step = RATE * FRAME_MS // 1000 * 2
+    return [pcm[i : i + step] for i in range(0, len(pcm), step)]
+
+
+def _call_audio(i: int, speech: list[np.ndarray]) -> np.ndarray:
+    """A second of silence, of speech, or of speech then a pause (a preempted reply starts)."""
+    piece = speech[i % len(speech)]
+    kind = i % 3
+    if kind == 0:
+        return np.zeros(RATE * CALL_MS // 1000, dtype=np.float32)
+    if kind == 1:
+        return piece
+    return np.concatenate([piece[: RATE * 6 // 10], np.zeros(RATE * 4 // 10, dtype=np.float32)])
+
+
+async def _short_call(server: RunningServer, audio: np.ndarray, drop: bool) -> None:
+    ws: ClientConnection = await websockets.connect(server.ws, max_size=None, open_timeout=30)
+    await ws.send(json.dumps({"type": "session.start", "input_sample_rate": RATE}))
+    started = json.loads(await asyncio.wait_for(ws.recv(), 30))
+    assert started["type"] == "session.started", started
+    frames = _frames(audio)
+    for n, frame in enumerate(frames):
+        if drop and n == len(frames) // 2:
+            ws.transport.abort()  # no close frame, no session.end: the network lost it
+            await ws.wait_closed()
+            return
+        await ws.send(frame)
+        await asyncio.sleep(FRAME_MS / 1000 / SEND_SPEEDUP)
+    await ws.send(json.dumps({"type": "session.end"}))
+    async with asyncio.timeout(30):
+        async for message in ws:  # events of a preempted reply, until the server's close
+            if isinstance(message, str):
+                event = json.loads(message)
+                assert event["type"] != "error", event
+    assert ws.close_code == 1000
+
+
+async def _full_turn(server: RunningServer, clip: Path) -> dict[str, Any]:
+    async with NativeClient(server.ws, input_rate=RATE) as client:
+        await client.connect(instructions=BRIEF)
+        turn = await client.speak(*read_wav(clip))
+        assert not client.errors, client.errors
+    return {"status": turn.status, "transcript": turn.transcript, "reply": turn.reply}
+
+
+async def _settled(server: RunningServer, within_s: float = 15) -> dict[str, float]:
+    """The gauges once every call is released and the task count stops falling."""
+    deadline = time.monotonic() + within_s
+    last: dict[str, float] = {}
+    while True:
+        text = await metrics_text(server)
+        now = {m: metric_value(text, m) or 0.0 for m in (CONNECTED, DETACHED, RSS, TASKS, THREADS)}
+        idle = now[CONNECTED] == 0 and now[DETACHED] == 0
+        if (idle and last and now[TASKS] >= last[TASKS]) or time.monotonic() > deadline:
+            return now
+        last = now if idle else {}
+        await asyncio.sleep(0.5)
+
+
+async def test_memory_stays_flat_over_200_calls(memory_server: RunningServer) -> None:
+    server = memory_server
+    speech = _speech()
+    turn_clips = sorted(CARDS.glob("00[1-4].wav"))
+    turns: list[dict[str, Any]] = []
+    baseline: dict[str, float] = {}
+    mid: dict[str, float] = {}
+    started = time.monotonic()
+    for i in range(CALLS):
+        if i == WARMUP_CALLS:
+            baseline = await _settled(server)
+        if i == MIDPOINT:
+            mid = await _settled(server)
+        if i % (WARMUP_TURN_EVERY if i < WARMUP_CALLS else FULL_TURN_EVERY) == 0:
+            turns.append(await _full_turn(server, turn_clips[(i // FULL_TURN_EVERY) % 4]))
+        else:
+            await _short_call(server, _call_audio(i, speech), drop=i in DROPS)
+    end = await _settled(server)
+    elapsed = time.monotonic() - started
+
+    measured = CALLS - WARMUP_CALLS
+    growth = end[RSS] - baseline[RSS]
+    print(
+        f"\nmemory: {CALLS} calls in {elapsed:.0f} s ({len(turns)} full turns, "
+        f"{len(DROPS)} dropped); RSS after {WARMUP_CALLS} warm-up calls "
+        f"{baseline[RSS] / 2**20:.1f} MiB, after {CALLS} calls {end[RSS] / 2**20:.1f} MiB: "
+        f"{growth / 2**20:+.1f} MiB over {measured} calls = {growth / measured / 1024:+.1f} KiB "
+        f"per call; {(end[RSS] - mid[RSS]) / 2**20:+.1f} MiB over the last {CALLS - MIDPOINT} "
+        f"calls\nmemory: asyncio tasks {baseline[TASKS]:.0f} -> {end[TASKS]:.0f}, "
+        f"threads {baseline[THREADS]:.0f} -> {end[THREADS]:.0f}"
+    )
+    assert all(t["status"] == "completed" and t["transcript"] for t in turns), turns
+    assert end[CONNECTED] == 0 and end[DETACHED] == 0, end
+    assert growth < GROWTH_LIMIT_MIB * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
+    assert end[TASKS] <= baseline[TASKS] + TASK_SLACK, (baseline, end)
+    assert end[THREADS] <= baseline[THREADS] + THREAD_SLACK, (baseline, end)
+    assert server.alive()
+    problems = tracebacks(server.log_path.read_text())
+    assert not problems, "\n\n".join(problems)[-6000:]
