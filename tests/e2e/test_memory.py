@@ -3,18 +3,22 @@
 Each call connects, starts a session, streams about a second of audio (silence, speech, or
 speech then a pause long enough to start a preempted reply that the hang-up then cancels) and
 hangs up. Every tenth call holds one full spoken turn through STT, LLM and TTS; a few calls
-vanish without a close frame. After a warm-up the server's resident memory, asyncio tasks and
-threads are sampled, and again after the last call: a call that leaves anything behind shows
-up 180 times.
+vanish without a close frame. After a warm-up of 20 calls (ten of them full turns) the
+server's resident memory, asyncio tasks and threads are sampled, and again every ten calls
+up to the last: a call that leaves anything behind shows up 180 times, in every sample.
 
-The warm-up holds ten full turns: the engines' memory (onnxruntime and CTranslate2 arenas,
-llama.cpp buffers, malloc arenas per engine thread) grows in steps to the high-water mark of
-the longest input and reply seen so far, over the first ten or so turns, then stays there.
+What is not a leak: the engines' allocators (onnxruntime's arenas, which grow by powers of
+two; CTranslate2's block cache; malloc arenas per engine thread) step up now and then, by up
+to ~100 MiB at once, to a new high-water mark, and keep it. Such a step is rare (one of
+90-100 MiB after the warm-up in 4 of 9 runs here, at any call, never two) and does not repeat,
+where a leak adds about the same to every ten calls. So the bound applies to the growth
+without those steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -46,14 +50,16 @@ CALLS = 200
 WARMUP_CALLS = 20
 FULL_TURN_EVERY = 10  # calls 20, 30, ...: one spoken turn answered in full
 WARMUP_TURN_EVERY = 2  # calls 0, 2, ..., 18
-MIDPOINT = (WARMUP_CALLS + CALLS) // 2
 DROPS = range(7, CALLS, 20)  # calls 7, 27, ...: the connection vanishes mid-audio
 RATE, FRAME_MS, CALL_MS = 16000, 20, 1000
 SEND_SPEEDUP = 4  # audio is timed by its sample clock; sending it faster only saves time
-# After the warm-up, growth is the odd new high-water mark of an engine arena: 0-30 MiB here
-# over 180 calls, and none in the second half. A call that leaks its session (jitter buffer,
-# replay ring of reply audio, history, a saved KV state of ~0.5 MiB, tasks) leaks at least
-# hundreds of KiB, and 180 of them pass this bound.
+SAMPLE_EVERY = 10  # calls between two memory samples
+# Growth over ten calls of at least this is an allocator stepping up to a new high-water mark;
+# up to MAX_STEPS such steps are allowed (a leak that big would make one in every sample).
+STEP_MIB, MAX_STEPS = 32, 2
+# The growth left, without those steps: measured 0-18 MiB over the 180 calls. A call that
+# leaked its session (jitter buffer, replay ring of reply audio, history, the saved KV state
+# of ~0.5 MiB, its tasks) would leak hundreds of KiB: 180 of them pass this bound.
 GROWTH_LIMIT_MIB = 40
 TASK_SLACK, THREAD_SLACK = 2, 2
 BRIEF = "You are a voice assistant. Answer every message in at most eight words."
@@ -109,7 +115,8 @@ def _call_audio(i: int, speech: list[np.ndarray]) -> np.ndarray:
 
 async def _short_call(server: RunningServer, audio: np.ndarray, drop: bool) -> None:
     ws: ClientConnection = await websockets.connect(server.ws, max_size=None, open_timeout=30)
-    await ws.send(json.dumps({"type": "session.start", "input_sample_rate": RATE}))
+    start = {"type": "session.start", "input_sample_rate": RATE, "instructions": BRIEF}
+    await ws.send(json.dumps(start))
     started = json.loads(await asyncio.wait_for(ws.recv(), 30))
     assert started["type"] == "session.started", started
     frames = _frames(audio)
@@ -138,7 +145,10 @@ async def _full_turn(server: RunningServer, clip: Path) -> dict[str, Any]:
 
 
 async def _settled(server: RunningServer, within_s: float = 15) -> dict[str, float]:
-    """The gauges once every call is released and the task count stops falling."""
+    """The gauges once every call is released, its engine jobs have had a second to finish
+    (a hung-up preempted reply may hold tens of MiB until then) and the task count stops
+    falling."""
+    await asyncio.sleep(1.0)
     deadline = time.monotonic() + within_s
     last: dict[str, float] = {}
     while True:
@@ -151,40 +161,48 @@ async def _settled(server: RunningServer, within_s: float = 15) -> dict[str, flo
         await asyncio.sleep(0.5)
 
 
+def _mib(value: float) -> str:
+    return f"{value / 2**20:.1f}"
+
+
 async def test_memory_stays_flat_over_200_calls(memory_server: RunningServer) -> None:
     server = memory_server
     speech = _speech()
     turn_clips = sorted(CARDS.glob("00[1-4].wav"))
     turns: list[dict[str, Any]] = []
-    baseline: dict[str, float] = {}
-    mid: dict[str, float] = {}
+    samples: list[dict[str, float]] = []  # at call 20, 30, ..., and after the last
     started = time.monotonic()
     for i in range(CALLS):
-        if i == WARMUP_CALLS:
-            baseline = await _settled(server)
-        if i == MIDPOINT:
-            mid = await _settled(server)
+        if i >= WARMUP_CALLS and i % SAMPLE_EVERY == 0:
+            samples.append(await _settled(server))
         if i % (WARMUP_TURN_EVERY if i < WARMUP_CALLS else FULL_TURN_EVERY) == 0:
             turns.append(await _full_turn(server, turn_clips[(i // FULL_TURN_EVERY) % 4]))
         else:
             await _short_call(server, _call_audio(i, speech), drop=i in DROPS)
-    end = await _settled(server)
+    samples.append(await _settled(server))
     elapsed = time.monotonic() - started
 
+    baseline, end = samples[0], samples[-1]
     measured = CALLS - WARMUP_CALLS
     growth = end[RSS] - baseline[RSS]
+    deltas = [b[RSS] - a[RSS] for a, b in itertools.pairwise(samples)]
+    steps = [d for d in deltas if d >= STEP_MIB * 2**20]
+    steady = growth - sum(steps)
     print(
-        f"\nmemory: {CALLS} calls in {elapsed:.0f} s ({len(turns)} full turns, "
-        f"{len(DROPS)} dropped); RSS after {WARMUP_CALLS} warm-up calls "
-        f"{baseline[RSS] / 2**20:.1f} MiB, after {CALLS} calls {end[RSS] / 2**20:.1f} MiB: "
-        f"{growth / 2**20:+.1f} MiB over {measured} calls = {growth / measured / 1024:+.1f} KiB "
-        f"per call; {(end[RSS] - mid[RSS]) / 2**20:+.1f} MiB over the last {CALLS - MIDPOINT} "
-        f"calls\nmemory: asyncio tasks {baseline[TASKS]:.0f} -> {end[TASKS]:.0f}, "
-        f"threads {baseline[THREADS]:.0f} -> {end[THREADS]:.0f}"
+        f"\nmemory: {CALLS} calls in {elapsed:.0f} s ({len(turns)} full turns, {len(DROPS)} "
+        f"dropped); RSS after {WARMUP_CALLS} warm-up calls {_mib(baseline[RSS])} MiB, after "
+        f"{CALLS} calls {_mib(end[RSS])} MiB: {growth / 2**20:+.1f} MiB over {measured} calls "
+        f"= {growth / measured / 1024:+.1f} KiB per call\n"
+        f"memory: without {len(steps)} allocator step(s) of {[_mib(d) for d in steps]} MiB: "
+        f"{steady / 2**20:+.1f} MiB = {steady / measured / 1024:+.1f} KiB per call\n"
+        f"memory: asyncio tasks {baseline[TASKS]:.0f} -> {end[TASKS]:.0f}, "
+        f"threads {baseline[THREADS]:.0f} -> {end[THREADS]:.0f}\n"
+        f"memory: RSS every {SAMPLE_EVERY} calls (MiB): {' '.join(_mib(s[RSS]) for s in samples)}"
     )
     assert all(t["status"] == "completed" and t["transcript"] for t in turns), turns
     assert end[CONNECTED] == 0 and end[DETACHED] == 0, end
-    assert growth < GROWTH_LIMIT_MIB * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
+    assert len(steps) <= MAX_STEPS, f"RSS stepped up {len(steps)} times: {deltas}"
+    assert steady < GROWTH_LIMIT_MIB * 2**20, f"RSS grew {steady / 2**20:.1f} MiB"
     assert end[TASKS] <= baseline[TASKS] + TASK_SLACK, (baseline, end)
     assert end[THREADS] <= baseline[THREADS] + THREAD_SLACK, (baseline, end)
     assert server.alive()

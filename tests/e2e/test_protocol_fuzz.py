@@ -225,7 +225,6 @@ class Line:
     ws: ClientConnection | None = None
     state: State = field(default_factory=State)
     exchanged: int = 0  # messages on the current connection
-    connections: int = 0
 
     async def open(self) -> ClientConnection:
         if self.ws is None:
@@ -233,7 +232,6 @@ class Line:
                 self.server.ws, max_size=None, open_timeout=30, close_timeout=5
             )
             self.state, self.exchanged = State(), 0
-            self.connections += 1
             _connections[0] += 1
         return self.ws
 
