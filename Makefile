@@ -5,10 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Debian packages the tests use: real speech with transcripts, and a synthetic voice.
 # chromium: the headless browser of tests/e2e/test_browser.py.
-APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium
+# nginx, redis-server: the load balancer and shared session store of tests/e2e/test_cluster.py.
+APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
-.PHONY: run test bench load lint typecheck unit e2e install sysdeps models clean
+.PHONY: run cluster test bench load lint typecheck unit e2e install sysdeps models clean
 
 install: $(STAMP)
 
@@ -22,7 +23,8 @@ $(STAMP): pyproject.toml
 
 sysdeps:
 	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null \
-	  || ! command -v chromium >/dev/null; then \
+	  || ! command -v chromium >/dev/null || ! command -v redis-server >/dev/null \
+	  || ! test -x /usr/sbin/nginx; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(APT_PACKAGES); fi; \
@@ -30,6 +32,10 @@ sysdeps:
 
 run: install
 	$(BIN)/voxpipe serve
+
+# nginx + Redis + 2 workers on loopback; every connection of a session reaches one worker.
+cluster: install sysdeps
+	$(BIN)/voxpipe cluster --workers 2
 
 models: install
 	$(BIN)/voxpipe models

@@ -31,7 +31,8 @@ def listen_socket(config: Config) -> socket.socket:
     if config.server.socket_send_buffer_bytes is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.server.socket_send_buffer_bytes)
     sock.bind((config.server.host, config.server.port))
-    sock.listen(2048)
+    if not config.server.bind_when_ready:  # else uvicorn listens once the models are warm
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
@@ -48,6 +49,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    if args.workers > 1:
+        from voxpipe.server.supervisor import Supervisor
+
+        host, port = config.server.host, config.server.port
+        print(
+            f"voxpipe: {args.workers} workers on ws://{host}:{port}..{port + args.workers - 1}"
+            "/v1/voice; each listens once warm (put nginx in front: `voxpipe cluster`)",
+            flush=True,
+        )
+        return Supervisor(args.workers, port, host, args.config).run()
     app = create_app(config)
     url = f"ws://{config.server.host}:{config.server.port}/v1/voice"
 
@@ -80,6 +91,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app.state.voxpipe,
     )
     server.run(sockets=[listen_socket(config)])
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    import signal
+
+    from voxpipe.server.local_cluster import LocalCluster
+
+    cluster = LocalCluster(
+        Path(args.workdir), port=args.port, workers=args.workers, redis_port=args.redis_port
+    )
+    print(
+        f"voxpipe cluster: redis :{args.redis_port}, {args.workers} workers on "
+        f"{cluster.worker_ports}, nginx :{args.port}; logs in {args.workdir}",
+        flush=True,
+    )
+    stop = False
+
+    def on_signal(sig: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        cluster.start()
+        seconds = cluster.wait_ready()
+        print(
+            f"\nvoxpipe cluster is ready in {seconds:.0f} s. Talk to it at {cluster.url}\n"
+            f"  every connection with ?session_id=ID reaches the same worker; Ctrl-C stops\n",
+            flush=True,
+        )
+        while not stop:
+            time.sleep(0.5)
+    finally:
+        print("voxpipe cluster: stopping (draining the workers)", flush=True)
+        cluster.stop()
     return 0
 
 
@@ -210,7 +258,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, help="JSON config file (see docs/configuration.md)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers", type=int, default=1, help="worker processes on consecutive ports from --port"
+    )
     serve.set_defaults(func=cmd_serve)
+
+    cluster = sub.add_parser(
+        "cluster", help="nginx + Redis + N workers on loopback, with session affinity"
+    )
+    cluster.add_argument("--workers", type=int, default=2)
+    cluster.add_argument("--port", type=int, default=8765, help="nginx; workers take the next")
+    cluster.add_argument("--redis-port", type=int, default=6390)
+    cluster.add_argument("--workdir", default="var/cluster", help="configs and logs")
+    cluster.set_defaults(func=cmd_cluster)
 
     call = sub.add_parser("call", help="speak a WAV file to a server and save the reply")
     call.add_argument("file", help="16-bit PCM WAV, any rate, mono or stereo")

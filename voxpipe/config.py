@@ -230,6 +230,24 @@ class ServerConfig(BaseModel):
         description="On SIGTERM: stop admitting, let calls finish this long, then close them "
         "(server_shutdown, close 1001).",
     )
+    worker_id: str | None = Field(
+        None,
+        description="This worker's name in a cluster, sent as the x-voxpipe-worker header and "
+        "in /healthz; default: host name and port.",
+    )
+    refuse_with_http: bool = Field(
+        False,
+        description="Refuse a call to retry (not ready, at capacity, draining) with HTTP 503 "
+        "before the WebSocket upgrade, instead of an error event and close 1013, so a load "
+        "balancer (nginx proxy_next_upstream http_503) tries the next worker. `voxpipe serve "
+        "--workers N` turns it on.",
+    )
+    bind_when_ready: bool = Field(
+        False,
+        description="Listen only once the models are warm, so a load balancer without health "
+        "checks (nginx) never sends a call to a cold worker; /healthz is unreachable until "
+        "then. `voxpipe serve --workers N` turns it on.",
+    )
 
 
 class LimitsConfig(BaseModel):
@@ -305,8 +323,24 @@ class AuthConfig(BaseModel):
 class StoreConfig(BaseModel):
     """Where calls, transcripts, per-turn metrics and session state are kept."""
 
+    backend: Literal["sqlite", "redis"] = Field(
+        "sqlite",
+        description="sqlite: one node, a local file. redis: state shared by every worker, so a "
+        "call whose worker died carries on on another (docs/deploy.md).",
+    )
     path: Path | None = Field(
-        Path("var/voxpipe.sqlite3"), description="SQLite database file; None = keep nothing."
+        Path("var/voxpipe.sqlite3"),
+        description="SQLite database file (backend sqlite); None = keep nothing.",
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis server (backend redis), redis:// or rediss://.",
+    )
+    key_prefix: str = Field("voxpipe:", description="Prefix of every Redis key voxpipe writes.")
+    ttl_s: int = Field(
+        7 * 86400,
+        ge=60,
+        description="Redis keys of a call expire this long after its last write.",
     )
 
 

@@ -43,6 +43,11 @@ class JitterBuffer:
     def buffered_ms(self) -> float:
         return self._bytes / 2 * 1000 / self.rate
 
+    @property
+    def filling(self) -> bool:
+        """Over half the bound is waiting: the consumer is behind."""
+        return self._bytes * 2 > self.max_bytes
+
     def put(self, pcm: bytes, now_ns: int | None = None) -> int:
         """Append; returns the bytes dropped to stay within the bound."""
         chunk = Chunk(pcm, now_ns or time.monotonic_ns())

@@ -160,9 +160,17 @@ class NativeClient:
 
     # -- connection -----------------------------------------------------------
 
+    def _url_for(self, session_id: str) -> str:
+        """The session id in the query string too: a load balancer routes on it."""
+        sep = "&" if "?" in self.url else "?"
+        return f"{self.url}{sep}session_id={session_id}"
+
     async def connect(self, **start: Any) -> dict[str, Any]:
+        """Start a session; pass ``session_id`` to choose its id (and, behind a load
+        balancer with session affinity, its worker from the first connection)."""
         self._start = start
-        started = await self._open(self.url, start)
+        url = self._url_for(start["session_id"]) if start.get("session_id") else self.url
+        started = await self._open(url, start)
         self.started = started
         self.session_id = started["session_id"]
         self.output_rate = started["output_sample_rate"]
@@ -187,15 +195,25 @@ class NativeClient:
         with contextlib.suppress(Exception):
             await self._ws.wait_closed()
 
-    async def reconnect(self) -> dict[str, Any]:
+    async def reconnect(self, retry_s: float = 0.0) -> dict[str, Any]:
         """Resume the same session on a new connection; missed events and frames come
-        again, and the audio the server did not get is resent ahead of the live line."""
-        sep = "&" if "?" in self.url else "?"
+        again, and the audio the server did not get is resent ahead of the live line.
+        For ``retry_s`` a refused connection (no server on the port, an HTTP 502/503 from a
+        load balancer or a worker that cannot take it yet) is tried again."""
+        await self._stop_tasks()  # a connection that died by itself leaves them behind
         resume = {"last_event_id": self.last_event_id, "last_audio_seq": self.last_audio_seq}
-        started = await self._open(
-            f"{self.url}{sep}session_id={self.session_id}",
-            {**self._start, "session_id": self.session_id, "resume": resume},
-        )
+        start = {**self._start, "session_id": self.session_id, "resume": resume}
+        deadline = time.monotonic() + retry_s
+        delay = 0.05
+        while True:
+            try:
+                started = await self._open(self._url_for(self.session_id), start)
+                break
+            except (OSError, websockets.InvalidHandshake):
+                if time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
         self.resumes.append(started)
         have = started["input_samples"]
         self._resend.extend(pcm for offset, pcm in self._recent if offset >= have)

@@ -55,6 +55,7 @@ class SessionStarted(Event):
     resumed: bool = False
     input_samples: int = 0  # on resume: caller audio the server has; resend from there
     replayed: int = 0  # on resume: missed messages sent again after this one
+    restored: bool = False  # on resume: carried on from the shared store on a new worker
 
 
 @dataclass(frozen=True)

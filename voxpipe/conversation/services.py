@@ -44,6 +44,15 @@ class CallStore(Protocol):
 
     def call_ended(self, session_id: str, reason: str, counts: dict[str, Any]) -> None: ...
 
+    async def load_state(self, session_id: str) -> dict[str, Any] | None:
+        """What :meth:`save_state` last saved for ``session_id`` (possibly on another
+        worker, when the store is shared); None if nothing is kept."""
+        ...
+
+    async def aclose(self) -> None:
+        """Apply what is queued, then let go of the disk or the connection."""
+        ...
+
 
 @dataclass(frozen=True)
 class Filler:

@@ -17,10 +17,12 @@ engine job outlives the call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +37,7 @@ from voxpipe.conversation.reply import BargeIn, Pacer, Reply, ReplyContext, Send
 from voxpipe.conversation.services import Runners, Services
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
-from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage, Role
+from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, ChatMessage, LlmUsage, Role
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.timeline import TurnTimeline
 
@@ -45,6 +47,7 @@ log = logging.getLogger("voxpipe.session")
 
 RESUME_AFTER_SILENCE_MS = 96  # a backchannel is over once it has been silent this long
 REMEMBERED_TURNS = 128  # finished turns whose messages a client may still edit
+KEEP_UP_WAIT_S = 0.25  # longest a burst of caller audio waits for the VAD before drops
 MIN_COMMIT_MS = 100  # less committed audio is not a turn (as the OpenAI Realtime API says)
 
 
@@ -114,6 +117,13 @@ class Session:
         self._manual: deque[np.ndarray] = deque()  # 16 kHz audio awaiting commit_input
         self._manual_samples = 0
         self._finished: dict[int, TurnMessages] = {}  # oldest first, REMEMBERED_TURNS
+        # Where the caller's audio is accounted for, for a restore on another worker: the end
+        # (16 kHz sample, from the start of the call) of the last turn whose reply finished.
+        self._sample_offset = 0  # 16 kHz samples of the call before this worker's first
+        self._turn_ends: dict[int, int] = {}
+        self._answered_until = 0
+        self._rebuild: asyncio.Task[LlmUsage] | None = None  # the restored context's prefill
+        self._rebuild_cancel = CancelToken()
         if services.store is not None:
             services.store.call_started(
                 session_id,
@@ -145,6 +155,16 @@ class Session:
             )
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._drain_inbound(), name=f"inbound-{self.id}")
+
+    async def keep_up(self, max_wait_s: float = KEEP_UP_WAIT_S) -> None:
+        """Backpressure for a burst: while over half the inbound bound waits for the VAD, hold
+        the sender (up to ``max_wait_s``), so a client catching up after a reconnect is taken
+        at the VAD's pace rather than dropped. A VAD stalled for longer still loses the
+        oldest audio, as the bound says."""
+        pump = self._pump
+        if pump is not None and not pump.done() and self._inbound.filling:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pump), max_wait_s)
 
     async def push_audio(self, pcm: bytes) -> None:
         """Feed inbound PCM16 and wait until the VAD has seen it (tests, simple transports)."""
@@ -251,6 +271,9 @@ class Session:
             await self._send_event(SpeechStopped(round(event.sample / 16, 1), 0))
             return
         await self._send_event(SpeechStopped(round(event.sample / 16, 1), self._turn_ids + 1))
+        self._turn_ends[self._turn_ids + 1] = self._sample_offset + event.sample
+        while len(self._turn_ends) > REMEMBERED_TURNS:
+            del self._turn_ends[next(iter(self._turn_ends))]
         speech_end_ns = self._arrival_of(event.sample)
         held, self._held = self._held, None
         if held is not None and held.active:
@@ -312,8 +335,10 @@ class Session:
             reply.record["session_counts"] = dict(self.counts)
             self.turns.append(reply.record)
         self._last_activity_ns = time.monotonic_ns()
-        if self.services.store is not None:
-            self.services.store.save_state(self.id, self.state())
+        end = self._turn_ends.pop(reply.turn_id, None)
+        if end is not None:
+            self._answered_until = max(self._answered_until, end)
+        self.persist()
         if not self._detector.in_speech:  # else the caller's next reply needs the LLM first
             self.summarizer.after_turn(reply.timeline.counters.get("llm", {}))
 
@@ -336,16 +361,73 @@ class Session:
 
     # -- lifecycle ------------------------------------------------------------
 
-    def state(self) -> dict[str, object]:
+    def state(self) -> dict[str, Any]:
         """What a new server needs to carry this conversation on (persistence, restore)."""
         return {
             "messages": [{"role": m.role, "content": m.content} for m in self.history.turns],
             "summary": self.history.summary,
             "summarized_messages": self.history.summarized_messages,
+            "system_prompt": self.history.system_prompt,
             "turns": self._turn_ids,
             "audio_seq": self._seq,
+            # caller audio to resend on a restore starts here (the session's input rate)
+            "input_samples": self._answered_until * self.input_sample_rate // STT_SAMPLE_RATE,
+            "input_sample_rate": self.input_sample_rate,
             "counts": dict(self.counts),
         }
+
+    def persist(self) -> None:
+        """Save :meth:`state` to the store (queued; a no-op without one)."""
+        if self.services.store is not None:
+            self.services.store.save_state(self.id, self.state())
+
+    def restore(self, state: dict[str, Any], audio_seq: int = 0) -> int:
+        """Carry on a conversation another worker saved: its history, turn numbering and
+        reply sequence numbers (past ``audio_seq`` too, the last frame the client has, so no
+        frame number is used twice). Returns the input sample from which this session needs
+        the caller's audio again: the end of the last answered turn."""
+        rate = int(state.get("input_sample_rate") or self.input_sample_rate)
+        input_samples = int(state.get("input_samples", 0)) * self.input_sample_rate // rate
+        self.history.turns = [
+            ChatMessage(m["role"], m["content"]) for m in state.get("messages", [])
+        ]
+        self.history.summary = str(state.get("summary", ""))
+        self.history.summarized_messages = int(state.get("summarized_messages", 0))
+        if state.get("system_prompt"):
+            self.history.system_prompt = str(state["system_prompt"])
+        self._turn_ids = int(state.get("turns", 0))
+        self._seq = max(int(state.get("audio_seq", 0)), audio_seq)
+        self.counts.update({k: v for k, v in state.get("counts", {}).items() if isinstance(v, int)})
+        self.counts["restores"] += 1
+        self._sample_offset = input_samples * STT_SAMPLE_RATE // self.input_sample_rate
+        self._answered_until = self._sample_offset
+        if self.history.turns or self.history.summary:
+            self._rebuild = asyncio.create_task(self._rebuild_context(), name=f"rebuild-{self.id}")
+        return input_samples
+
+    async def _rebuild_context(self) -> LlmUsage:
+        """Evaluate the restored history on this worker's LLM now, while the caller's audio
+        is still being resent, so the next turn pays only for its own tokens. The seconds it
+        takes are the cost of losing the worker that held the context."""
+        llm, messages = self.services.engines.llm, self.history.messages()
+        clock = JobClock()
+        try:
+            usage = await self.services.runners.llm.call(
+                lambda: llm.prefill(self.id, messages, self._rebuild_cancel), clock
+            )
+        except Exception as exc:  # the next turn prefills it itself, only slower
+            log.warning("session %s: context rebuild failed: %s", self.id, exc)
+            return LlmUsage()
+        self.counts["context_rebuild_ms"] = round(clock.compute_s * 1000)
+        self.counts["context_rebuild_tokens"] = usage.prefill_tokens
+        self.services.metrics.context_rebuild.observe(clock.compute_s)
+        log.info(
+            "session %s: rebuilt %d tokens of context in %.0f ms",
+            self.id,
+            usage.prefill_tokens,
+            clock.compute_s * 1000,
+        )
+        return usage
 
     async def close(self, reason: str = "hangup") -> None:
         """Cancel the replies in flight and wait until their engine work has stopped."""
@@ -355,6 +437,10 @@ class Session:
         if self._pump is not None and not self._pump.done():
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
+        if self._rebuild is not None:
+            self._rebuild_cancel.cancel()
+            self._rebuild.cancel()
+            await asyncio.gather(self._rebuild, return_exceptions=True)
         for reply in (self._held, self._reply):
             if reply is not None and not reply.task.done():
                 reply.cancel.cancel()

@@ -106,6 +106,19 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.restores = Counter(
+            "voxpipe_session_restores_total",
+            "Reconnects to a session this worker did not hold, by outcome: restored from the "
+            "shared store, or not found there.",
+            ["outcome"],
+            registry=r,
+        )
+        self.context_rebuild = Histogram(
+            "voxpipe_context_rebuild_seconds",
+            "LLM prefill of a restored conversation's history on its new worker.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.live_tasks = Gauge(
             "voxpipe_asyncio_tasks", "asyncio tasks alive in the server process.", registry=r
         )

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -30,8 +32,9 @@ from voxpipe.server import web
 from voxpipe.server.auth import Authenticator, AuthError, Credentials
 from voxpipe.server.calls import CallRegistry
 from voxpipe.server.lifecycle import serve_call
-from voxpipe.server.store import SqliteStore
+from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers
+from voxpipe.server.worker import WorkerHeader, worker_id
 from voxpipe.transports.base import Transport
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
@@ -51,6 +54,7 @@ class ServerState:
         self.on_ready: list[Callable[[], None]] = []
         self.auth = Authenticator(config.auth)
         self.calls = CallRegistry(config.limits.max_calls, self.metrics)
+        self.worker = worker_id(config)
 
     @property
     def ready(self) -> bool:
@@ -90,8 +94,7 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             filler = await asyncio.to_thread(
                 Filler.synthesize, config.deadlines.filler, engines.tts
             )
-            path = config.store.path
-            store = await asyncio.to_thread(SqliteStore, path) if path is not None else None
+            store = await open_store(config.store)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
             log.exception("model loading failed")
             state.load_error = f"{type(exc).__name__}: {exc}"
@@ -101,6 +104,8 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loader = asyncio.create_task(load(), name="load-models")
+        if config.server.bind_when_ready:  # uvicorn listens only once this yields
+            await asyncio.shield(loader)
         try:
             yield
         finally:
@@ -110,11 +115,11 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             await webrtc.close()  # its peer connections live outside any HTTP request
             if state.services is not None:
                 state.services.runners.close()
-                if isinstance(state.services.store, SqliteStore):
-                    await asyncio.to_thread(state.services.store.close)
+                if state.services.store is not None:
+                    await state.services.store.aclose()
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "alive"})
+        return JSONResponse({"status": "alive", "worker": state.worker, "pid": os.getpid()})
 
     async def readyz(request: Request) -> Response:
         if state.ready:
@@ -169,6 +174,7 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             *(websocket_route(t) for t in transports),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(WorkerHeader, worker=state.worker)],
     )
     app.state.voxpipe = state
     return app

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
@@ -34,8 +35,16 @@ WATCH_INTERVAL_S = 0.5
 SEND_TIMEOUT_S = 1.0
 
 
-async def refuse(ws: WebSocket, transport: Transport, why: CallEnd) -> None:
-    """Accept only to say why not, then close with the code that tells a client what to do."""
+async def refuse(ws: WebSocket, transport: Transport, why: CallEnd, http: bool = False) -> None:
+    """Accept only to say why not, then close with the code that tells a client what to do.
+    With ``http``, a refusal a client should retry (not ready, at capacity, draining) is an
+    HTTP 503 before the upgrade instead, so a load balancer can try another worker."""
+    if http and why.close_code is CloseCode.TRY_AGAIN_LATER:
+        body = {"type": "error", "code": str(why.code), "message": why.message}
+        await ws.send_denial_response(
+            JSONResponse(body, status_code=503, headers={"retry-after": "1"})
+        )
+        return
     await ws.accept(subprotocol=transport.subprotocol(ws))
     await _say_and_close(ws, transport, why)
 
@@ -57,7 +66,7 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
             CloseCode.TRY_AGAIN_LATER,
         )
         metrics.errors.labels(why.code).inc()
-        await refuse(ws, transport, why)
+        await refuse(ws, transport, why, state.config.server.refuse_with_http)
         return
     try:
         principal = state.auth.check(
@@ -71,7 +80,7 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
     refusal = state.calls.admit(call, resuming=ws.query_params.get("session_id"))
     if refusal is not None:
         metrics.errors.labels(refusal.code).inc()
-        await refuse(ws, transport, refusal)
+        await refuse(ws, transport, refusal, state.config.server.refuse_with_http)
         return
     try:
         await ws.accept(subprotocol=transport.subprotocol(ws))

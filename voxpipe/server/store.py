@@ -9,6 +9,7 @@ a write is dropped and counted rather than stalling calls.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import queue
@@ -18,6 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from voxpipe.config import StoreConfig
+from voxpipe.conversation.services import CallStore
 
 log = logging.getLogger("voxpipe.store")
 
@@ -167,13 +171,29 @@ class SqliteStore:
 
     # -- reading (the CLI, restore) ----------------------------------------------
 
-    def load_state(self, session_id: str) -> dict[str, Any] | None:
-        row = self._read("SELECT state FROM state WHERE session_id = ?", (session_id,))
-        return json.loads(row[0][0]) if row else None
+    async def load_state(self, session_id: str) -> dict[str, Any] | None:
+        rows = await asyncio.to_thread(
+            self._read, "SELECT state FROM state WHERE session_id = ?", (session_id,)
+        )
+        return json.loads(rows[0][0]) if rows else None
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with sqlite3.connect(self.path) as db:  # its own connection: safe beside the writer
             return db.execute(sql, args).fetchall()
+
+
+async def open_store(config: StoreConfig) -> CallStore | None:
+    """The store the config names; None when the call record is off."""
+    if config.backend == "redis":
+        from voxpipe.server.redis_store import RedisStore
+
+        return await RedisStore.open(config)
+    if config.path is None:
+        return None
+    return await asyncio.to_thread(SqliteStore, config.path)
 
 
 def list_calls(path: Path, limit: int = 50) -> list[dict[str, Any]]:

@@ -313,6 +313,7 @@ class NativeConnection:
             return
         self.outbound.input_samples += len(data) // 2
         session.feed(data)
+        await session.keep_up()  # a client catching up after a reconnect sends in a burst
 
     async def _on_text(self, text: str) -> str | None:
         if len(text.encode()) > self.cfg.server.max_message_bytes:
@@ -389,7 +390,7 @@ class NativeConnection:
             await self.error(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(exc))
             return
         if start.resume is not None:
-            await self._resume(start, start.resume)
+            await self._resume(start, start.resume, _Rates(in_rate, out_rate), turn)
             return
         session_id = start.session_id or uuid.uuid4().hex
         if self.call.registry.find_session(session_id):
@@ -411,6 +412,7 @@ class NativeConnection:
             system_prompt=start.instructions,
         )
         self.call.attach(self.session)
+        self.session.persist()  # restorable elsewhere from its first word
         await self.send_event(self._started_event(self.session))
 
     def _started_event(self, session: Session, **resumed: Any) -> SessionStarted:
@@ -430,7 +432,9 @@ class NativeConnection:
             **resumed,
         )
 
-    async def _resume(self, start: SessionStart, since: ResumeFrom) -> None:
+    async def _resume(
+        self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
+    ) -> None:
         """Take over a session whose connection dropped (or is about to be replaced)."""
         registry = self.call.registry
         session_id = start.session_id
@@ -448,11 +452,12 @@ class NativeConnection:
             )
         entry = registry.reattach(session_id)
         if entry is None or not isinstance(entry.state, Outbound):
-            await self.error(
-                ErrorCode.RESUME_FAILED,
-                f"no session {session_id[:64]!r} to resume (ended, expired, or on another "
-                "server); start a new one",
-            )
+            if not await self._restore(start, since, rates, turn):
+                await self.error(
+                    ErrorCode.RESUME_FAILED,
+                    f"no session {session_id[:64]!r} to resume (ended, expired, or on another "
+                    "server without a shared store); start a new one",
+                )
             return
         session, outbound = entry.session, entry.state
         self.session, self.outbound = session, outbound
@@ -474,6 +479,56 @@ class NativeConnection:
                 "some events or audio from before the reconnect are older than the replay "
                 f"buffer ({self.cfg.limits.replay_buffer_ms} ms) and were not resent",
             )
+
+    async def _restore(
+        self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
+    ) -> bool:
+        """Carry on a session this worker never held (its worker died, or the load balancer
+        moved it) from the state in the shared store. Nothing can be replayed: the client
+        resends its audio from the last answered turn, which this worker answers again."""
+        store, metrics = self.services.store, self.services.metrics
+        session_id = start.session_id
+        assert session_id is not None
+        state = await store.load_state(session_id) if store is not None else None
+        if state is None:
+            metrics.restores.labels("not_found").inc()
+            return False
+        if self.call.registry.find_session(session_id):  # restored meanwhile by a twin
+            return False
+        outbound = Outbound(rates.output, self.cfg.limits.replay_buffer_ms)
+        # Numbering goes on from where the client is; nothing before it can be replayed.
+        outbound.last_event_id = outbound.forgotten_event_id = since.last_event_id
+        outbound.forgotten_audio_seq = since.last_audio_seq
+        session = Session(
+            session_id,
+            self.services,
+            self.send_event,
+            self.send_audio,
+            input_sample_rate=rates.input,
+            output_sample_rate=rates.output,
+            turn_config=turn,
+            system_prompt=start.instructions,
+        )
+        outbound.input_samples = session.restore(state, audio_seq=since.last_audio_seq)
+        outbound.last_audio_seq = since.last_audio_seq
+        self.session, self.outbound = session, outbound
+        self.call.attach(session)
+        session.counts["resumes"] += 1
+        metrics.restores.labels("restored").inc()
+        log.info(
+            "session %s restored from the store: %d messages, turn %d, resend from sample %d",
+            session_id,
+            len(session.history.turns),
+            state.get("turns", 0),
+            outbound.input_samples,
+        )
+        started = self._started_event(
+            session, resumed=True, restored=True, input_samples=outbound.input_samples
+        )
+        self.sink.put(json.dumps(started.to_dict(), separators=(",", ":")), 0.0)
+        outbound.sink = self.sink
+        session.persist()
+        return True
 
     async def _update(self, payload: dict[str, Any]) -> None:
         session = await self._started("session.update")
@@ -502,6 +557,12 @@ def _close_session(services: Services) -> Callable[[Session], Coroutine[Any, Any
 
 class _BadRate(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class _Rates:
+    input: int
+    output: int
 
 
 def merge_turn(base: TurnConfig, options: TurnOptions | None) -> TurnConfig:

@@ -1,0 +1,193 @@
+"""Beyond one machine: nginx + Redis + 2 workers on loopback, session affinity, and a
+call that carries on after its worker is killed mid-reply."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support import history_of, librivox_clips, metric_value
+from voxpipe.audio.pcm import read_wav
+from voxpipe.clients.native_client import NativeClient, TurnResult
+from voxpipe.server.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.e2e
+
+BRIEF = "You are a voice assistant. Answer every message with one short sentence."
+WORKER_HEADER = "x-voxpipe-worker"
+
+
+def free_port_run(count: int) -> int:
+    """A port P with P..P+count-1 all free on loopback."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no run of free ports")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    running = LocalCluster(
+        tmp_path_factory.mktemp("cluster"),
+        port=free_port_run(3),
+        workers=2,
+        redis_port=free_port_run(1),
+        env={"VOXPIPE_SERVER__RESUME_GRACE_S": "5", "VOXPIPE_SERVER__LOG_LEVEL": "info"},
+    )
+    try:
+        running.start()
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def worker_of(client: NativeClient) -> str:
+    """The worker that answered this client's latest handshake (through nginx)."""
+    name: str = client._ws.response.headers[WORKER_HEADER]
+    return name
+
+
+def port_of(cluster: LocalCluster, worker: str) -> int:
+    for port in cluster.worker_ports:
+        if cluster.worker(port)["worker"] == worker:
+            return port
+    raise LookupError(worker)
+
+
+def upstreams_of(cluster: LocalCluster, session_id: str) -> list[str]:
+    """Which worker served each connection of ``session_id``, in order (the last of the
+    workers nginx tried for it)."""
+    lines = cluster.access_log.read_text().splitlines()
+    found = (re.search(r'session=(\S+) upstream="([^"]*)"', line) for line in lines)
+    return [m.group(2).split(", ")[-1] for m in found if m and m.group(1) == session_id]
+
+
+def completed(client: NativeClient, turn_id: int) -> TurnResult | None:
+    turn = client.turns.get(turn_id)
+    return turn if turn is not None and turn.complete.is_set() else None
+
+
+async def test_sessions_stay_on_one_worker_and_spread_across_workers(
+    cluster: LocalCluster,
+) -> None:
+    seen: dict[str, set[str]] = {}
+    for _ in range(8):
+        session_id = uuid.uuid4().hex
+        client = NativeClient(cluster.url)
+        await client.connect(session_id=session_id, instructions=BRIEF)
+        workers = {worker_of(client)}
+        for _ in range(2):  # a dropped connection resumes where the session lives
+            await client.drop()
+            resumed = await client.reconnect(retry_s=10)
+            assert resumed["resumed"] is True and resumed["restored"] is False, resumed
+            workers.add(worker_of(client))
+        await client.close()
+        seen[session_id] = workers
+    assert all(len(w) == 1 for w in seen.values()), seen
+    assert len(set().union(*seen.values())) == 2, f"the hash sent every session to one {seen}"
+
+
+async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluster) -> None:
+    clips = librivox_clips()
+    first, second, third, fourth = (read_wav(clips[i].path) for i in (1, 2, 3, 4))
+    session_id = uuid.uuid4().hex
+    client = NativeClient(cluster.url)
+    try:
+        await client.connect(session_id=session_id, instructions=BRIEF)
+        home = worker_of(client)
+        one = await client.speak(*first)
+        two = await client.speak(*second)
+        # Kill the worker while it speaks the reply to turn 3.
+        client.say(*third)
+        three = await client.wait_for(lambda: client.turns.get(3), 90)
+        await client.wait_for(lambda: three.first_audio_ns, 90)
+        heard_before = len(three.seqs)
+        victim = cluster.worker(port_of(cluster, home))
+        os.kill(int(str(victim["pid"])), signal.SIGKILL)
+        await client.wait_for(lambda: client._ws.close_code is not None, 30)
+        restored = await client.reconnect(retry_s=30)
+        away = worker_of(client)
+        assert restored["resumed"] is True and restored["restored"] is True, restored
+        assert away != home
+        # The new worker answers the unanswered utterance again, from the resent audio.
+        three = await client.wait_for(lambda: completed(client, 3), 120)
+        four = await client.speak(*fourth)
+        history = await history_of(client)
+    finally:
+        await client.close()
+
+    assert client.duplicate_frames == [] and client.duplicate_events == []
+    assert sorted(client.turns) == [1, 2, 3, 4], "a turn was lost or split"
+    assert [t.status for t in (one, two, three, four)] == ["completed"] * 4
+    assert len(three.seqs) > heard_before, "turn 3 was not answered after the failover"
+    for turn in (one, two, four):
+        seqs = turn.seqs
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "reply frames lost"
+    # Every earlier turn is in the conversation the new worker holds, once.
+    users = [m["content"] for m in history["messages"] if m["role"] == "user"]
+    assert len(users) == 4, history
+    for said, clip in zip(users, (clips[1], clips[2], clips[3], clips[4]), strict=True):
+        expected = set(clip.text.lower().split())
+        words = set(re.sub(r"[^\w\s']", " ", said.lower()).split())
+        assert len(words & expected) >= len(expected) // 2, (said, clip.text)
+    # nginx sent every connection of the call to its worker until that worker died.
+    home_port, away_port = port_of_addr(cluster, home), port_of_addr(cluster, away)
+    hops = upstreams_of(cluster, session_id)
+    assert hops and hops[0].endswith(f":{home_port}"), hops
+    after = [h for h in hops if not h.endswith(f":{home_port}")]
+    assert after and all(h.endswith(f":{away_port}") for h in after), hops
+    # The new worker restored the session from Redis and rebuilt its LLM context.
+    async with httpx.AsyncClient(timeout=5) as http:
+        text = (await http.get(f"http://127.0.0.1:{away_port}/metrics")).text
+    assert metric_value(text, 'voxpipe_session_restores_total{outcome="restored"}') == 1
+    assert (metric_value(text, "voxpipe_context_rebuild_seconds_count") or 0) >= 1
+
+
+def port_of_addr(cluster: LocalCluster, worker: str) -> int:
+    """A worker's port from its name (``w0`` is the first port), even after it died."""
+    return cluster.worker_ports[int(worker.removeprefix("w"))]
+
+
+async def test_a_killed_worker_is_restarted_and_warm_before_it_takes_calls(
+    cluster: LocalCluster,
+) -> None:
+    """After the kill above, the supervisor brings the worker back; it listens only once
+    warm, so it answers /readyz 200 from its first reachable moment."""
+
+    async def statuses() -> list[int]:
+        out = []
+        async with httpx.AsyncClient(timeout=2) as http:
+            for port in cluster.worker_ports:
+                try:
+                    out.append((await http.get(f"http://127.0.0.1:{port}/readyz")).status_code)
+                except httpx.ConnectError:
+                    out.append(0)
+        return out
+
+    seen: list[list[int]] = []
+    for _ in range(600):
+        seen.append(await statuses())
+        if seen[-1] == [200, 200]:
+            break
+        await asyncio.sleep(0.2)
+    assert seen[-1] == [200, 200], seen[-5:]
+    assert all(code in (0, 200) for codes in seen for code in codes), "a cold worker answered"

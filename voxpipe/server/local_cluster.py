@@ -1,0 +1,172 @@
+"""A whole cluster on loopback: Redis, N workers under one supervisor, nginx in front.
+
+``voxpipe cluster`` (``make cluster``), the failover test and the affinity
+benchmark all run this, so what is tested is what an operator starts: the
+shipped nginx template, the ``--workers`` supervisor and the Redis store.
+nginx and Redis are Debian's (``make sysdeps``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+
+import httpx
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf.template"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+def render_nginx(listen: str, workers: list[str], prefix: Path) -> str:
+    """``deploy/nginx.conf.template`` with its three variables filled in."""
+    if not TEMPLATE.exists():
+        raise FileNotFoundError(f"{TEMPLATE} is missing: run from a voxpipe checkout")
+    upstreams = "\n".join(
+        f"        server {address} max_fails=1 fail_timeout=5s;" for address in workers
+    )
+    # Only ${VOXPIPE_...} is ours, as with envsubst '$VOXPIPE_...'; nginx's $variables stay.
+    text = Template(TEMPLATE.read_text()).safe_substitute(
+        VOXPIPE_LISTEN=listen, VOXPIPE_UPSTREAMS=upstreams, VOXPIPE_PREFIX=str(prefix)
+    )
+    if "${VOXPIPE_" in text:
+        raise ValueError(f"{TEMPLATE} names a variable render_nginx does not know")
+    return text
+
+
+@dataclass
+class LocalCluster:
+    workdir: Path
+    port: int = 8765  # nginx; workers take the ports after it
+    workers: int = 2
+    redis_port: int = 6390
+    env: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    @property
+    def worker_ports(self) -> list[int]:
+        return [self.port + 1 + i for i in range(self.workers)]
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/voice"
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def access_log(self) -> Path:
+        return self.workdir / "nginx" / "access.log"
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        with self.log(name).open("ab") as out:
+            self.processes[name] = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def start(self) -> LocalCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.monotonic()
+        self._spawn(
+            "redis",
+            [REDIS, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+        )  # fmt: skip
+        env = {
+            **os.environ,
+            "VOXPIPE_STORE__BACKEND": "redis",
+            "VOXPIPE_STORE__REDIS_URL": self.redis_url,
+            "VOXPIPE_SERVER__TURN_LOG_PATH": str(self.workdir / "turns.jsonl"),
+            **self.env,
+        }
+        self._wait_redis()
+        self._spawn(
+            "workers",
+            [sys.executable, "-m", "voxpipe.cli", "serve", "--workers", str(self.workers),
+             "--port", str(self.worker_ports[0])],
+            env,
+        )  # fmt: skip
+        prefix = self.workdir / "nginx"
+        prefix.mkdir(exist_ok=True)
+        conf = prefix / "nginx.conf"
+        conf.write_text(
+            render_nginx(
+                f"127.0.0.1:{self.port}", [f"127.0.0.1:{p}" for p in self.worker_ports], prefix
+            )
+        )
+        self._spawn("nginx", [NGINX, "-p", str(prefix), "-c", str(conf), "-e", "stderr"])
+        return self
+
+    def _wait_redis(self, timeout_s: float = 10) -> None:
+        import redis
+
+        deadline = time.monotonic() + timeout_s
+        client = redis.Redis(port=self.redis_port, socket_timeout=1)
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() > deadline or self.processes["redis"].poll() is not None:
+                    log = self.log("redis").read_text()
+                    raise RuntimeError(f"redis did not start:\n{log}") from None
+                time.sleep(0.05)
+            finally:
+                client.close()
+
+    def wait_ready(self, timeout_s: float = 600) -> float:
+        """Block until every worker is warm and nginx answers; seconds since start."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(self.worker_ports)
+        while pending or not self._ok(f"{self.http}/readyz"):
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited:\n{self.log(name).read_text()[-4000:]}")
+            pending = {p for p in pending if not self._ok(f"http://127.0.0.1:{p}/readyz")}
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster not ready in {timeout_s} s (waiting on {pending})")
+            time.sleep(0.2)
+        return time.monotonic() - self.started_at
+
+    @staticmethod
+    def _ok(url: str) -> bool:
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def worker(self, port: int) -> dict[str, object]:
+        """A worker's ``/healthz``: its name and pid."""
+        body: dict[str, object] = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()
+        return body
+
+    def stop(self, timeout_s: float = 40) -> None:
+        """nginx first (no new connections), then drain the workers, then Redis."""
+        for name in ("nginx", "workers", "redis"):
+            process = self.processes.get(name)
+            if process is None or process.poll() is not None:
+                continue
+            process.send_signal(signal.SIGQUIT if name == "nginx" else signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()

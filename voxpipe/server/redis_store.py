@@ -1,0 +1,187 @@
+"""Calls, transcripts, per-turn metrics and session state in Redis, shared by every worker.
+
+The same contract as the SQLite store: each method only queues the write, and
+one task applies the queue in order, batched into pipelines, so the event loop
+never waits on the network. What makes it worth a network hop is
+:meth:`RedisStore.load_state`: a worker that never saw a session can carry it
+on after the worker that held it died.
+
+Every key of a session carries its id as a hash tag (``voxpipe:{id}:state``), so
+a Redis Cluster keeps one call's keys on one shard, and every key expires
+``ttl_s`` after the call's last write. A write that fails is retried once; the
+queue is bounded, and past the bound a write is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from voxpipe.config import StoreConfig
+
+log = logging.getLogger("voxpipe.store")
+
+MAX_PENDING = 1000  # writes
+MAX_BATCH = 64  # writes per pipeline round trip
+RETRY_DELAY_S = 0.2
+CALLS_KEPT = 10_000  # the index of recent calls (``voxpipe calls``) is trimmed to this
+
+Write = Callable[[Pipeline], None]
+
+
+class RedisStore:
+    """The shared :class:`~voxpipe.conversation.services.CallStore`."""
+
+    def __init__(self, config: StoreConfig, client: aioredis.Redis) -> None:
+        self.prefix = config.key_prefix
+        self.ttl_s = config.ttl_s
+        self._redis = client
+        self._queue: asyncio.Queue[Write] = asyncio.Queue(MAX_PENDING)
+        self.dropped = 0
+        self.failed = 0
+        self._writer: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, config: StoreConfig) -> RedisStore:
+        """Connect and check the server answers; a server that does not is a load failure
+        (``/readyz`` says why), not a surprise at the first call."""
+        client = aioredis.Redis.from_url(
+            config.redis_url,
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+            health_check_interval=15,
+            decode_responses=True,
+        )
+        try:
+            await client.ping()
+        except RedisError as exc:
+            await client.aclose()
+            raise RuntimeError(f"redis at {config.redis_url} does not answer: {exc}") from exc
+        store = cls(config, client)
+        store._writer = asyncio.create_task(store._write_loop(), name="redis-store")
+        return store
+
+    def key(self, session_id: str, kind: str) -> str:
+        return f"{self.prefix}{{{session_id}}}:{kind}"
+
+    # -- writing (non-blocking; applied in order) -------------------------------
+
+    def _submit(self, write: Write) -> None:
+        try:
+            self._queue.put_nowait(write)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            log.error("store queue full (%d writes): a write was dropped", MAX_PENDING)
+
+    async def _write_loop(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            for attempt in (1, 2):
+                try:
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        for write in batch:
+                            write(pipe)
+                        await pipe.execute()
+                    break
+                except RedisError as exc:
+                    if attempt == 2:
+                        self.failed += len(batch)
+                        log.error("redis write of %d commands failed: %s", len(batch), exc)
+                    else:
+                        await asyncio.sleep(RETRY_DELAY_S)
+            for _ in batch:
+                self._queue.task_done()
+
+    def _touch(self, pipe: Pipeline, session_id: str, *kinds: str) -> None:
+        for kind in kinds:
+            pipe.expire(self.key(session_id, kind), self.ttl_s)
+
+    def call_started(self, session_id: str, info: dict[str, Any]) -> None:
+        now, body = time.time(), json.dumps(info)
+        key, index = self.key(session_id, "call"), f"{self.prefix}calls"
+
+        def write(pipe: Pipeline) -> None:
+            pipe.hsetnx(key, "started_at", now)  # a restored call keeps its first start
+            pipe.hset(key, mapping={"info": body, "ended_at": "", "end_reason": ""})
+            pipe.zadd(index, {session_id: now}, nx=True)
+            pipe.zremrangebyrank(index, 0, -CALLS_KEPT - 1)
+            self._touch(pipe, session_id, "call")
+
+        self._submit(write)
+
+    def message(
+        self, session_id: str, turn_id: int, role: str, text: str, status: str | None = None
+    ) -> None:
+        body = json.dumps(
+            {"turn_id": turn_id, "role": role, "text": text, "status": status, "at": time.time()}
+        )
+
+        def write(pipe: Pipeline) -> None:
+            pipe.rpush(self.key(session_id, "messages"), body)
+            self._touch(pipe, session_id, "messages")
+
+        self._submit(write)
+
+    def turn_finished(self, session_id: str, record: dict[str, Any]) -> None:
+        field, body = str(int(record["turn_id"])), json.dumps(record, default=str)
+
+        def write(pipe: Pipeline) -> None:
+            pipe.hset(self.key(session_id, "turns"), field, body)
+            self._touch(pipe, session_id, "turns")
+
+        self._submit(write)
+
+    def save_state(self, session_id: str, state: dict[str, Any]) -> None:
+        body = json.dumps(state)
+
+        def write(pipe: Pipeline) -> None:
+            pipe.set(self.key(session_id, "state"), body, ex=self.ttl_s)
+
+        self._submit(write)
+
+    def call_ended(self, session_id: str, reason: str, counts: dict[str, Any]) -> None:
+        now, body = time.time(), json.dumps(counts)
+
+        def write(pipe: Pipeline) -> None:
+            pipe.hset(
+                self.key(session_id, "call"),
+                mapping={"ended_at": now, "end_reason": reason, "counts": body},
+            )
+            self._touch(pipe, session_id, "call", "state")
+
+        self._submit(write)
+
+    async def flush(self, timeout_s: float = 5.0) -> None:
+        """Wait until every queued write is applied (shutdown, tests)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout_s)
+
+    async def aclose(self) -> None:
+        await self.flush()
+        if self._writer is not None:
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+        await self._redis.aclose()
+
+    # -- reading (restore on another worker, the CLI) ------------------------------
+
+    async def load_state(self, session_id: str) -> dict[str, Any] | None:
+        """The state a worker last saved for ``session_id``; None if there is none (never
+        started, expired) or Redis cannot be reached."""
+        try:
+            body = await self._redis.get(self.key(session_id, "state"))
+        except RedisError as exc:
+            log.error("redis read of session %s failed: %s", session_id, exc)
+            return None
+        return json.loads(body) if body else None
