@@ -50,7 +50,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         port=free_port_run(3),
         workers=2,
         redis_port=free_port_run(1),
-        env={"VOXPIPE_SERVER__RESUME_GRACE_S": "5", "VOXPIPE_SERVER__LOG_LEVEL": "info"},
+        env={"VOXPIPE_SERVER__RESUME_GRACE_S": "60", "VOXPIPE_SERVER__LOG_LEVEL": "info"},
     )
     try:
         running.start()
@@ -191,3 +191,32 @@ async def test_a_killed_worker_is_restarted_and_warm_before_it_takes_calls(
         await asyncio.sleep(0.2)
     assert seen[-1] == [200, 200], seen[-5:]
     assert all(code in (0, 200) for codes in seen for code in codes), "a cold worker answered"
+
+
+async def test_a_copy_left_behind_on_a_worker_gives_way_to_the_newer_state(
+    cluster: LocalCluster,
+) -> None:
+    """A session that moved on elsewhere while its old worker still held it (waiting for a
+    reconnect): coming back to the old worker must not resurrect the old conversation."""
+    clips = librivox_clips()
+    first, second = (read_wav(clips[i].path) for i in (0, 1))
+    home, other = (f"ws://127.0.0.1:{p}/v1/voice" for p in cluster.worker_ports)
+    client = NativeClient(home)  # straight to the workers: no hash to keep it home
+    try:
+        await client.connect(session_id=uuid.uuid4().hex, instructions=BRIEF)
+        await client.speak(*first)
+        await client.drop()  # home keeps its copy for resume_grace_s
+        client.url = other
+        moved = await client.reconnect(retry_s=10)
+        assert moved["restored"] is True, moved
+        await client.speak(*second)
+        await client.drop()
+        client.url = home
+        back = await client.reconnect(retry_s=10)
+        history = await history_of(client)
+    finally:
+        await client.close()
+    assert back["restored"] is True, "the worker resumed its own, older copy"
+    users = [m["content"] for m in history["messages"] if m["role"] == "user"]
+    assert len(users) == 2, history
+    assert client.duplicate_frames == [] and client.duplicate_events == []

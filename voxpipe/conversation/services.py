@@ -32,6 +32,8 @@ class CallStore(Protocol):
     """Where a call is recorded as it goes. Every method only queues the write: none may
     wait on a disk or a network from the event loop."""
 
+    shared: bool  # other workers read it: a session may have moved on since this one saw it
+
     def call_started(self, session_id: str, info: dict[str, Any]) -> None: ...
 
     def message(

@@ -122,6 +122,7 @@ class Session:
         self._sample_offset = 0  # 16 kHz samples of the call before this worker's first
         self._turn_ends: dict[int, int] = {}
         self._answered_until = 0
+        self.epoch = 0  # raised by each restore on a new worker (fences the older copies)
         self._rebuild: asyncio.Task[LlmUsage] | None = None  # the restored context's prefill
         self._rebuild_cancel = CancelToken()
         if services.store is not None:
@@ -374,6 +375,7 @@ class Session:
             "input_samples": self._answered_until * self.input_sample_rate // STT_SAMPLE_RATE,
             "input_sample_rate": self.input_sample_rate,
             "counts": dict(self.counts),
+            "epoch": self.epoch,
         }
 
     def persist(self) -> None:
@@ -399,6 +401,7 @@ class Session:
         self._seq = max(int(state.get("audio_seq", 0)), audio_seq)
         self.counts.update({k: v for k, v in state.get("counts", {}).items() if isinstance(v, int)})
         self.counts["restores"] += 1
+        self.epoch = int(state.get("epoch", 0)) + 1
         self._sample_offset = input_samples * STT_SAMPLE_RATE // self.input_sample_rate
         self._answered_until = self._sample_offset
         if self.history.turns or self.history.summary:

@@ -10,6 +10,11 @@ Every key of a session carries its id as a hash tag (``voxpipe:{id}:state``), so
 a Redis Cluster keeps one call's keys on one shard, and every key expires
 ``ttl_s`` after the call's last write. A write that fails is retried once; the
 queue is bounded, and past the bound a write is dropped and counted.
+
+Writes of the state are fenced by the session's *epoch*, which each restore on a
+new worker raises: a worker still holding an older copy of the session (it was
+draining, or the hash ring moved the session while it waited for a reconnect)
+can neither overwrite the newer state nor mark the live call ended.
 """
 
 from __future__ import annotations
@@ -37,9 +42,40 @@ CALLS_KEPT = 10_000  # the index of recent calls (``voxpipe calls``) is trimmed 
 
 Write = Callable[[Pipeline], None]
 
+# KEYS[1]: the state. ARGV[1]: this writer's epoch. True when no newer epoch wrote it.
+_NOT_STALE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, state = pcall(cjson.decode, current)
+  if ok and type(state) == 'table' and tonumber(state['epoch'] or 0) > tonumber(ARGV[1]) then
+    return 0
+  end
+end
+"""
+# ARGV[2]: the state's JSON, ARGV[3]: ttl.
+SAVE_STATE = (
+    _NOT_STALE
+    + """
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+)
+# KEYS[2]: the call hash. ARGV[2..4]: ended_at, end_reason, counts; ARGV[5]: ttl.
+END_CALL = (
+    _NOT_STALE
+    + """
+redis.call('HSET', KEYS[2], 'ended_at', ARGV[2], 'end_reason', ARGV[3], 'counts', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return 1
+"""
+)
+
 
 class RedisStore:
     """The shared :class:`~voxpipe.conversation.services.CallStore`."""
+
+    shared = True  # another worker can load what this one saved
 
     def __init__(self, config: StoreConfig, client: aioredis.Redis) -> None:
         self.prefix = config.key_prefix
@@ -48,6 +84,7 @@ class RedisStore:
         self._queue: asyncio.Queue[Write] = asyncio.Queue(MAX_PENDING)
         self.dropped = 0
         self.failed = 0
+        self._epochs: dict[str, int] = {}  # the epoch of each session this worker writes
         self._writer: asyncio.Task[None] | None = None
 
     @classmethod
@@ -143,22 +180,21 @@ class RedisStore:
         self._submit(write)
 
     def save_state(self, session_id: str, state: dict[str, Any]) -> None:
-        body = json.dumps(state)
+        body, epoch = json.dumps(state), int(state.get("epoch", 0))
+        self._epochs[session_id] = epoch
 
         def write(pipe: Pipeline) -> None:
-            pipe.set(self.key(session_id, "state"), body, ex=self.ttl_s)
+            pipe.eval(SAVE_STATE, 1, self.key(session_id, "state"), epoch, body, self.ttl_s)
 
         self._submit(write)
 
     def call_ended(self, session_id: str, reason: str, counts: dict[str, Any]) -> None:
         now, body = time.time(), json.dumps(counts)
+        epoch = self._epochs.pop(session_id, 0)
+        keys = (self.key(session_id, "state"), self.key(session_id, "call"))
 
         def write(pipe: Pipeline) -> None:
-            pipe.hset(
-                self.key(session_id, "call"),
-                mapping={"ended_at": now, "end_reason": reason, "counts": body},
-            )
-            self._touch(pipe, session_id, "call", "state")
+            pipe.eval(END_CALL, 2, *keys, epoch, now, reason, body, self.ttl_s)
 
         self._submit(write)
 

@@ -75,6 +75,8 @@ def _connect(path: Path) -> sqlite3.Connection:
 class SqliteStore:
     """The embedded :class:`~voxpipe.conversation.services.CallStore`."""
 
+    shared = False  # one node's file: no other worker reads it
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = _connect(path)

@@ -460,6 +460,12 @@ class NativeConnection:
                 )
             return
         session, outbound = entry.session, entry.state
+        if await self._moved_on(session):
+            # While it waited here the session went on on another worker: this copy is old.
+            await _close_session(self.services)(session)  # its writes are fenced off
+            if not await self._restore(start, since, rates, turn):
+                await self.error(ErrorCode.RESUME_FAILED, "the session's state is gone")
+            return
         self.session, self.outbound = session, outbound
         self.call.attach(session)
         missed, complete = outbound.missed(since)
@@ -479,6 +485,14 @@ class NativeConnection:
                 "some events or audio from before the reconnect are older than the replay "
                 f"buffer ({self.cfg.limits.replay_buffer_ms} ms) and were not resent",
             )
+
+    async def _moved_on(self, session: Session) -> bool:
+        """A shared store holds a newer epoch of ``session`` than this worker's copy."""
+        store = self.services.store
+        if store is None or not store.shared:
+            return False
+        state = await store.load_state(session.id)
+        return state is not None and int(state.get("epoch", 0)) > session.epoch
 
     async def _restore(
         self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
