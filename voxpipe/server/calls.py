@@ -61,6 +61,7 @@ class Call:
     session: Session | None = None
     ended: CallEnd | None = None
     _end: Callable[[CallEnd], Awaitable[None]] | None = None
+    _ending: asyncio.Task[None] | None = None
 
     def attach(self, session: Session) -> None:
         self.session = session
@@ -70,6 +71,19 @@ class Call:
         if self.ended is None and self._end is not None:
             self.ended = why
             await self._end(why)
+
+    def end_soon(self, why: CallEnd) -> None:
+        """:meth:`end` from code that cannot wait (a buffer's overflow callback); once."""
+        if self._ending is None:
+            self._ending = asyncio.get_running_loop().create_task(
+                self.end(why), name=f"end-{self.id}"
+            )
+
+    def slow_consumer(self, detail: str) -> None:
+        """The peer stopped reading what it is sent: end the call (close 4002), counted."""
+        if self._ending is None:
+            self.services.metrics.slow_consumers.inc()
+        self.end_soon(CallEnd(ErrorCode.SLOW_CONSUMER, detail, CloseCode.SLOW_CONSUMER))
 
 
 @dataclass

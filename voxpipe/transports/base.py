@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.transports.send_buffer import SendBuffer
 
 if TYPE_CHECKING:
     from voxpipe.server.calls import Call
@@ -36,6 +37,28 @@ class Transport(Protocol):
     async def serve(self, ws: WebSocket, call: Call) -> None:
         """Run one accepted connection until it ends; ``call.attach`` each session it makes."""
         ...
+
+
+def call_send_buffer(ws: WebSocket, call: Call, peer: str, text_only: bool = False) -> SendBuffer:
+    """The bounded buffer between a call's session and its socket; a ``peer`` that stops
+    reading past the bound ends the call (slow_consumer)."""
+    limit_ms = call.services.config.limits.send_buffer_ms
+
+    async def write(message: str | bytes) -> None:
+        if isinstance(message, str):
+            await ws.send_text(message)
+        else:
+            assert not text_only, f"{peer} takes JSON text only"
+            await ws.send_bytes(message)
+
+    return SendBuffer(
+        write,
+        max_audio_ms=limit_ms,
+        on_overflow=lambda: call.slow_consumer(
+            f"{peer} stopped reading: over {limit_ms} ms of audio waited for its socket"
+        ),
+        age=call.services.metrics.buffer_age.labels("outbound"),
+    )
 
 
 def describe_error(error: ValidationError, what: str = "event") -> str:

@@ -42,7 +42,7 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session
 from voxpipe.server.calls import Call, CallEnd, CloseCode
-from voxpipe.transports.base import describe_error
+from voxpipe.transports.base import call_send_buffer, describe_error
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.native")
@@ -192,33 +192,9 @@ class NativeConnection:
         self.cfg = call.services.config
         self.session: Session | None = None
         self.outbound: Outbound | None = None
-        self._ending: asyncio.Task[None] | None = None
-        self.sink = SendBuffer(
-            self._write,
-            max_audio_ms=self.cfg.limits.send_buffer_ms,
-            on_overflow=self._slow_consumer,
-            age=self.services.metrics.buffer_age.labels("outbound"),
-        )
+        self.sink = call_send_buffer(ws, call, "the client")
 
     # -- sending ------------------------------------------------------------
-
-    async def _write(self, message: str | bytes) -> None:
-        if isinstance(message, str):
-            await self.ws.send_text(message)
-        else:
-            await self.ws.send_bytes(message)
-
-    def _slow_consumer(self) -> None:
-        self.services.metrics.slow_consumers.inc()
-        why = CallEnd(
-            ErrorCode.SLOW_CONSUMER,
-            f"the client stopped reading: over {self.cfg.limits.send_buffer_ms} ms of audio "
-            "waited for its socket",
-            CloseCode.SLOW_CONSUMER,
-        )
-        self._ending = asyncio.get_running_loop().create_task(
-            self.call.end(why), name=f"end-{self.call.id}"
-        )
 
     async def send_event(self, event: Event) -> None:
         if isinstance(event, ErrorEvent):

@@ -40,7 +40,8 @@ from voxpipe.conversation.events import (
     Transcript,
 )
 from voxpipe.conversation.session import Session
-from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.server.calls import Call
+from voxpipe.transports.base import call_send_buffer
 from voxpipe.transports.realtime_audio import (
     SESSION_RATE,
     BadAudio,
@@ -70,7 +71,6 @@ from voxpipe.transports.realtime_events import (
     rate_limits,
     session_shape,
 )
-from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.realtime")
 
@@ -135,12 +135,7 @@ class RealtimeConnection:
             turn_detection=vad,
             temperature=self.cfg.llm.temperature,
         )
-        self.sink = SendBuffer(
-            self._write,
-            max_audio_ms=self.cfg.limits.send_buffer_ms,
-            on_overflow=self._slow_consumer,
-            age=self.services.metrics.buffer_age.labels("outbound"),
-        )
+        self.sink = call_send_buffer(ws, call, "the client", text_only=True)
         self.items = Items(MAX_ITEMS)
         self.inbound = InboundAudio(self.settings.input_format)
         self.session = Session(
@@ -156,7 +151,6 @@ class RealtimeConnection:
         self._speech_item: str | None = None  # promised in speech_started, made at commit
         self._user_items: dict[int, Item] = {}  # turn -> user item awaiting its transcript
         self._responses: dict[int, _Response] = {}
-        self._ending: asyncio.Task[None] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
             "session.update": self._session_update,
             "input_audio_buffer.append": self._append,
@@ -171,22 +165,6 @@ class RealtimeConnection:
         }
 
     # -- sending ------------------------------------------------------------
-
-    async def _write(self, message: str | bytes) -> None:
-        assert isinstance(message, str)
-        await self.ws.send_text(message)
-
-    def _slow_consumer(self) -> None:
-        self.services.metrics.slow_consumers.inc()
-        why = CallEnd(
-            ErrorCode.SLOW_CONSUMER,
-            f"the client stopped reading: over {self.cfg.limits.send_buffer_ms} ms of audio "
-            "waited for its socket",
-            CloseCode.SLOW_CONSUMER,
-        )
-        self._ending = asyncio.get_running_loop().create_task(
-            self.call.end(why), name=f"end-{self.call.id}"
-        )
 
     def _emit(self, ga_type: str, *, audio_ms: float = 0.0, **fields: Any) -> None:
         kind = event_type(ga_type, self.dialect)

@@ -35,9 +35,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
 from voxpipe.conversation.session import Session
-from voxpipe.server.calls import Call, CallEnd, CloseCode
-from voxpipe.transports.base import describe_error
-from voxpipe.transports.send_buffer import SendBuffer
+from voxpipe.server.calls import Call, CloseCode
+from voxpipe.transports.base import call_send_buffer, describe_error
 
 log = logging.getLogger("voxpipe.twilio")
 
@@ -166,13 +165,7 @@ class TwilioConnection:
         self.bad_messages = 0
         self._unplayed: deque[int] = deque(maxlen=PENDING_MARKS)  # marks sent, not echoed
         self._cleared: deque[int] = deque(maxlen=PENDING_MARKS)  # marks a clear dropped
-        self._ending: asyncio.Task[None] | None = None
-        self.sink = SendBuffer(
-            self._write,
-            max_audio_ms=self.cfg.limits.send_buffer_ms,
-            on_overflow=self._slow_consumer,
-            age=self.services.metrics.buffer_age.labels("outbound"),
-        )
+        self.sink = call_send_buffer(ws, call, "Twilio", text_only=True)
 
     # -- receiving ----------------------------------------------------------
 
@@ -366,10 +359,6 @@ class TwilioConnection:
 
     # -- sending ------------------------------------------------------------
 
-    async def _write(self, message: str | bytes) -> None:
-        assert isinstance(message, str), "Twilio takes JSON text only"
-        await self.ws.send_text(message)
-
     async def send_event(self, event: Event) -> None:
         if isinstance(event, PlaybackClear):
             self._clear()
@@ -394,18 +383,6 @@ class TwilioConnection:
         self.sink.put(_compact({"event": "clear", "streamSid": self.stream_sid}), 0.0)
         self._cleared.extend(self._unplayed)
         self._unplayed.clear()
-
-    def _slow_consumer(self) -> None:
-        self.services.metrics.slow_consumers.inc()
-        why = CallEnd(
-            ErrorCode.SLOW_CONSUMER,
-            f"Twilio stopped reading: over {self.cfg.limits.send_buffer_ms} ms of audio waited "
-            "for its socket",
-            CloseCode.SLOW_CONSUMER,
-        )
-        self._ending = asyncio.get_running_loop().create_task(
-            self.call.end(why), name=f"end-{self.call.id}"
-        )
 
 
 _MODELS: dict[str, type[_Message]] = {

@@ -44,7 +44,7 @@ from voxpipe.conversation.events import (
     SessionUpdated,
 )
 from voxpipe.conversation.session import Session
-from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.server.calls import Call, CallEnd
 from voxpipe.transports.base import describe_error
 from voxpipe.transports.native import (
     PlaybackAck,
@@ -110,7 +110,6 @@ class WebRTCConnection:
         self._hangup = asyncio.Event()
         self._connected = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ending: asyncio.Task[None] | None = None
         self._cleanup: asyncio.Future[None] | None = None
         self.track = ReplyTrack(self.cfg.audio.playback_lead_ms + 1000, self._played, self._dropped)
         self.session = Session(
@@ -230,16 +229,8 @@ class WebRTCConnection:
         self.services.metrics.audio_dropped.labels("outbound", "drop_oldest").inc(seconds)
 
     def _slow_consumer(self) -> None:
-        if self._ending is not None:
-            return
-        self.services.metrics.slow_consumers.inc()
-        why = CallEnd(
-            ErrorCode.SLOW_CONSUMER,
-            f"the client stopped reading its data channel ({CHANNEL_BUFFER_BYTES} bytes wait)",
-            CloseCode.SLOW_CONSUMER,
-        )
-        self._ending = asyncio.get_running_loop().create_task(
-            self.call.end(why), name=f"end-{self.call.id}"
+        self.call.slow_consumer(
+            f"the client stopped reading its data channel ({CHANNEL_BUFFER_BYTES} bytes wait)"
         )
 
     async def error(self, code: ErrorCode, message: str) -> None:
