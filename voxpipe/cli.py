@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from voxpipe.config import Config
 
@@ -193,14 +194,31 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_calls(args: argparse.Namespace) -> int:
     """List past calls, or show one: its transcript and each turn's latency."""
-    from voxpipe.server.store import list_calls, show_call
+    from voxpipe.server import redis_store, store
 
-    path = args.db or _config(args).store.path
-    if path is None or not Path(path).exists():
+    config = _config(args).store
+    path = args.db or config.path
+    if config.backend == "redis" and args.db is None:
+
+        def list_calls(limit: int) -> list[dict[str, Any]]:
+            return redis_store.list_calls(config, limit)
+
+        def show_call(session_id: str) -> dict[str, Any] | None:
+            return redis_store.show_call(config, session_id)
+
+    elif path is None or not Path(path).exists():
         print(f"no call database at {path} (store.path)", file=sys.stderr)
         return 1
+    else:
+
+        def list_calls(limit: int) -> list[dict[str, Any]]:
+            return store.list_calls(Path(path), limit)
+
+        def show_call(session_id: str) -> dict[str, Any] | None:
+            return store.show_call(Path(path), session_id)
+
     if args.session_id is None:
-        calls = list_calls(Path(path), args.limit)
+        calls = list_calls(args.limit)
         if args.json:
             print(json.dumps(calls, indent=2))
             return 0
@@ -213,7 +231,7 @@ def cmd_calls(args: argparse.Namespace) -> int:
                 f"{c['end_reason'] or ''}"
             )
         return 0
-    call = show_call(Path(path), args.session_id)
+    call = show_call(args.session_id)
     if call is None:
         print(f"no call {args.session_id!r}", file=sys.stderr)
         return 1

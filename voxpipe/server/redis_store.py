@@ -221,3 +221,74 @@ class RedisStore:
             log.error("redis read of session %s failed: %s", session_id, exc)
             return None
         return json.loads(body) if body else None
+
+
+# -- the CLI (``voxpipe calls`` with store.backend redis): same shapes as store.py ----------
+
+
+def _sync_client(config: StoreConfig) -> Any:
+    import redis
+
+    return redis.Redis.from_url(config.redis_url, socket_timeout=5, decode_responses=True)
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value else None
+
+
+def list_calls(config: StoreConfig, limit: int = 50) -> list[dict[str, Any]]:
+    """Most recent calls first, with their turn counts."""
+    r = _sync_client(config)
+    prefix = config.key_prefix
+    out = []
+    for session_id in r.zrevrange(f"{prefix}calls", 0, limit - 1):
+        call = r.hgetall(f"{prefix}{{{session_id}}}:call")
+        if not call:
+            continue  # expired
+        started, ended = _float(call.get("started_at")), _float(call.get("ended_at"))
+        out.append(
+            {
+                "session_id": session_id,
+                "started_at": started,
+                "duration_s": None
+                if ended is None or started is None
+                else round(ended - started, 1),
+                "end_reason": call.get("end_reason") or None,
+                "turns": r.hlen(f"{prefix}{{{session_id}}}:turns"),
+            }
+        )
+    return out
+
+
+def show_call(config: StoreConfig, session_id: str) -> dict[str, Any] | None:
+    """One call: its messages in order and each turn's outcome and latency."""
+    r = _sync_client(config)
+    prefix = config.key_prefix
+    if not r.exists(f"{prefix}{{{session_id}}}:call"):
+        matches = [s for s in r.zrevrange(f"{prefix}calls", 0, -1) if s.startswith(session_id)]
+        if not matches:
+            return None
+        session_id = matches[0]
+    key = f"{prefix}{{{session_id}}}:"
+    call = r.hgetall(key + "call")
+    messages = [json.loads(m) for m in r.lrange(key + "messages", 0, -1)]
+    turns = sorted((json.loads(t) for t in r.hvals(key + "turns")), key=lambda t: int(t["turn_id"]))
+    return {
+        "session_id": session_id,
+        "started_at": _float(call.get("started_at")),
+        "ended_at": _float(call.get("ended_at")),
+        "end_reason": call.get("end_reason") or None,
+        "info": json.loads(call.get("info") or "{}"),
+        "counts": json.loads(call.get("counts") or "{}"),
+        "messages": [
+            {k: m.get(k) for k in ("turn_id", "role", "text", "status")} for m in messages
+        ],
+        "turns": [
+            {
+                "turn_id": int(t["turn_id"]),
+                "status": t.get("status"),
+                "voice_to_voice_ms": t.get("voice_to_voice_ms"),
+            }
+            for t in turns
+        ],
+    }

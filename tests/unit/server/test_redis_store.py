@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from voxpipe.config import StoreConfig
-from voxpipe.server.redis_store import RedisStore
+from voxpipe.server.redis_store import RedisStore, list_calls, show_call
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -77,6 +77,19 @@ async def test_a_call_is_written_in_order_under_one_hash_tag(
     assert r.zscore("voxpipe:calls", "s1") is not None
     assert (await store.load_state("s1"))["messages"][0]["content"] == "hello"  # type: ignore[index]
     assert await store.load_state("never-started") is None
+
+    # `voxpipe calls` reads it back in the SQLite store's shapes.
+    cfg = StoreConfig(backend="redis", redis_url=redis_url)
+    listed = next(c for c in list_calls(cfg) if c["session_id"] == "s1")
+    assert listed["turns"] == 1 and listed["end_reason"] == "hangup"
+    shown = show_call(cfg, "s1")
+    assert shown is not None
+    assert [(m["role"], m["text"]) for m in shown["messages"]] == [
+        ("user", "hello"),
+        ("assistant", "hi there"),
+    ]
+    assert shown["turns"] == [{"turn_id": 1, "status": "completed", "voice_to_voice_ms": None}]
+    assert show_call(cfg, "no-such-call") is None
 
 
 async def test_an_older_copy_of_a_session_cannot_overwrite_or_end_the_newer(
