@@ -59,6 +59,7 @@ test: install sysdeps lint typecheck
 bench: install sysdeps
 	$(BIN)/voxpipe bench
 	$(BIN)/voxpipe bench-transports
+	$(BIN)/voxpipe bench-cluster
 
 # The most concurrent calls this machine holds at p99 voice-to-voice < 1.5 s (bench-results/load/).
 load: install sysdeps

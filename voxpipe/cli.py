@@ -174,7 +174,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     for info in describe_models(_config(args), assemble=args.assemble):
         state = (
-            "ok"
+            "remote"
+            if info.engine == "openai-compatible"
+            else "ok"
             if info.path.exists()
             else "missing (run `make run` or `voxpipe models --assemble`)"
         )
@@ -268,6 +270,12 @@ def cmd_bench_transports(args: argparse.Namespace) -> int:
     return transports_main(args)
 
 
+def cmd_bench_cluster(args: argparse.Namespace) -> int:
+    from voxpipe.bench.cluster import main as cluster_main
+
+    return cluster_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -341,6 +349,19 @@ def build_parser() -> argparse.ArgumentParser:
     transports.add_argument("--port", type=int, help="server port (default: a free one)")
     transports.add_argument("--out", type=Path, default=Path("bench-results/transports.json"))
     transports.set_defaults(func=cmd_bench_transports)
+
+    bench_cluster = sub.add_parser(
+        "bench-cluster", help="LocalCluster: TTFT with session affinity vs round-robin; failover"
+    )
+    bench_cluster.add_argument("--sessions", type=int, default=3, help="sessions per mode")
+    bench_cluster.add_argument("--turns", type=int, default=5, help="turns per session")
+    bench_cluster.add_argument("--failovers", type=int, default=3, help="worker kills (0 = skip)")
+    bench_cluster.add_argument("--workers", type=int, default=2)
+    bench_cluster.add_argument("--warmup-turns", type=int, default=1, help="per worker, uncounted")
+    bench_cluster.add_argument("--port", type=int, help="nginx port (default: a free run)")
+    bench_cluster.add_argument("--redis-port", type=int, help="default: a free one")
+    bench_cluster.add_argument("--out", type=Path, default=Path("bench-results/cluster.json"))
+    bench_cluster.set_defaults(func=cmd_bench_cluster)
 
     load = sub.add_parser("load", help="concurrent simulated callers; find the machine's capacity")
     load.add_argument("--calls", type=int, default=4, help="concurrent callers (one step)")

@@ -97,8 +97,14 @@ class SttConfig(BaseModel):
 
 
 class LlmConfig(BaseModel):
-    """llama-cpp-python with a GGUF chat model."""
+    """The LLM: llama-cpp-python with a GGUF chat model, or a remote endpoint (remote_llm)."""
 
+    engine: Literal["llama", "openai"] = Field(
+        "llama",
+        description="llama: the embedded GGUF model in this process. openai: any "
+        "OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama), set "
+        "up in remote_llm; max_tokens, temperature, top_p, seed and system_prompt apply to both.",
+    )
     model_path: Path | None = Field(
         None,
         description="GGUF file; default: Qwen2.5-Coder-0.5B-Instruct Q4 from PyPI chunks.",
@@ -127,6 +133,54 @@ class LlmConfig(BaseModel):
     )
     state_cache_mb: int = Field(
         256, ge=0, description="Bound of the LRU of saved per-session KV states, in MiB."
+    )
+
+
+class RemoteLlmConfig(BaseModel):
+    """An OpenAI-compatible chat-completions endpoint, used when llm.engine = openai."""
+
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1", description="The API root; /chat/completions is added."
+    )
+    model: str = Field("default", description="The model name sent with each request.")
+    api_key: str | None = Field(None, description="Sent as Authorization: Bearer KEY.")
+    connect_timeout_s: float = Field(2.0, gt=0, description="Opening a connection.")
+    read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest wait for the next bytes of a reply, the first token included; "
+        "past it the turn fails (engine_error) instead of hanging.",
+    )
+    write_timeout_s: float = Field(5.0, gt=0, description="Sending the request.")
+    pool_timeout_s: float = Field(
+        1.0, gt=0, description="Waiting for a free connection when all are busy."
+    )
+    max_connections: int = Field(
+        8,
+        ge=1,
+        description="Kept-alive connections, and requests in flight at once (the LLM runner's "
+        "threads: the remote server batches them).",
+    )
+    retries: int = Field(
+        2,
+        ge=0,
+        le=5,
+        description="Retries of a request that could not have started generating: a failed "
+        "connect, or 429/502/503 before any token. Never after a token arrived.",
+    )
+    session_header: str = Field(
+        "x-session-id",
+        description="Header carrying the session id, for session-affine routers (with `user` in "
+        "the body, it keeps prefix caches hitting); empty = none.",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Merged into every request body, e.g. {"cache_prompt": true} for llama-server.',
+    )
+    prefill: bool = Field(
+        True,
+        description="Warm the server's prefix cache with a one-token request when a conversation "
+        "is restored on this worker.",
     )
 
 
@@ -353,6 +407,7 @@ class Config(BaseSettings):
     turn: TurnConfig = Field(default_factory=TurnConfig)
     stt: SttConfig = Field(default_factory=SttConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
+    remote_llm: RemoteLlmConfig = Field(default_factory=RemoteLlmConfig)
     tts: TtsConfig = Field(default_factory=TtsConfig)
     chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
     audio: AudioConfig = Field(default_factory=AudioConfig)

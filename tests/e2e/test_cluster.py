@@ -7,7 +7,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import uuid
 from collections.abc import Iterator
 
@@ -17,30 +16,12 @@ import pytest
 from tests.support import history_of, librivox_clips, metric_value
 from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import NativeClient, TurnResult
-from voxpipe.server.local_cluster import LocalCluster
+from voxpipe.server.local_cluster import LocalCluster, free_port_run
 
 pytestmark = pytest.mark.e2e
 
 BRIEF = "You are a voice assistant. Answer every message with one short sentence."
 WORKER_HEADER = "x-voxpipe-worker"
-
-
-def free_port_run(count: int) -> int:
-    """A port P with P..P+count-1 all free on loopback."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no run of free ports")
 
 
 @pytest.fixture(scope="module")

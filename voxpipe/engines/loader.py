@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines
+from voxpipe.engines.base import Engines, LlmEngine
 from voxpipe.engines.model_files import ensure_qwen, verify_file
 
 log = logging.getLogger("voxpipe.engines")
@@ -33,25 +33,50 @@ def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
     from voxpipe.engines import piper_tts, silero_vad, whisper_stt
     from voxpipe.engines.model_files import QWEN_FILE
 
-    llm_path = (
-        llm_model_path(config)
-        if assemble
-        else (config.llm.model_path or config.llm.cache_dir / QWEN_FILE)
-    )
+    if config.llm.engine == "openai":
+        llm = ModelInfo("llm", "openai-compatible", Path(config.remote_llm.base_url), 0)
+    else:
+        path = (
+            llm_model_path(config)
+            if assemble
+            else (config.llm.model_path or config.llm.cache_dir / QWEN_FILE)
+        )
+        llm = ModelInfo("llm", "llama-cpp-python", path, config.llm.threads)
     return [
         ModelInfo("vad", "silero-vad-v6 (onnxruntime)",
                   config.vad.model_path or silero_vad.default_model_path(), config.vad.threads),
         ModelInfo("stt", f"faster-whisper {config.stt.compute_type}",
                   config.stt.model_path or whisper_stt.default_model_path(), config.stt.threads),
-        ModelInfo("llm", "llama-cpp-python", llm_path, config.llm.threads),
+        llm,
         ModelInfo("tts", "piper (onnxruntime)",
                   config.tts.model_path or piper_tts.default_model_path(), config.tts.threads),
     ]  # fmt: skip
 
 
+def load_llm(config: Config) -> LlmEngine:
+    """The embedded model, or the client of a remote one (``llm.engine``)."""
+    if config.llm.engine == "openai":
+        from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
+
+        return OpenAiCompatibleLlm(config.remote_llm, config.llm)
+    from voxpipe.engines.llama_llm import LlamaLlm
+
+    return LlamaLlm(
+        llm_model_path(config),
+        threads=config.llm.threads,
+        n_ctx=config.llm.n_ctx,
+        n_batch=config.llm.n_batch,
+        max_tokens=config.llm.max_tokens,
+        temperature=config.llm.temperature,
+        top_p=config.llm.top_p,
+        seed=config.llm.seed,
+        state_cache_bytes=config.llm.state_cache_mb << 20,
+        warmup_system_prompt=config.llm.system_prompt,
+    )
+
+
 def load_engines(config: Config, warm: bool = True) -> Engines:
     """Load all four models and run one warm-up inference on each."""
-    from voxpipe.engines.llama_llm import LlamaLlm
     from voxpipe.engines.piper_tts import PiperTts
     from voxpipe.engines.silero_vad import SileroVad
     from voxpipe.engines.whisper_stt import WhisperStt
@@ -66,18 +91,7 @@ def load_engines(config: Config, warm: bool = True) -> Engines:
             language=config.stt.language,
             beam_size=config.stt.beam_size,
         ),
-        llm=LlamaLlm(
-            llm_model_path(config),
-            threads=config.llm.threads,
-            n_ctx=config.llm.n_ctx,
-            n_batch=config.llm.n_batch,
-            max_tokens=config.llm.max_tokens,
-            temperature=config.llm.temperature,
-            top_p=config.llm.top_p,
-            seed=config.llm.seed,
-            state_cache_bytes=config.llm.state_cache_mb << 20,
-            warmup_system_prompt=config.llm.system_prompt,
-        ),
+        llm=load_llm(config),
         tts=PiperTts(config.tts.model_path, threads=config.tts.threads,
                      length_scale=config.tts.length_scale),
     )  # fmt: skip

@@ -5,7 +5,9 @@ Why one thread per engine: each engine already uses its own intra-op threads
 would only oversubscribe the two cores and make both jobs slower. Jobs wait
 in a bounded queue ordered by deadline (earliest first): the first clause of
 a turn, whose caller hears nothing yet, goes before a later clause of a call
-whose client still has seconds of audio buffered. The wait is measured apart
+whose client still has seconds of audio buffered. (An engine whose compute runs on
+another machine, the remote LLM, gets ``workers`` threads instead: each only waits on
+a stream, and the server batches them.) The wait is measured apart
 from the compute, and a job that finds the queue full is rejected at once
 (:class:`EngineBusy`) rather than joining an unbounded line.
 """
@@ -70,7 +72,13 @@ class _Queued:
 
 
 class EngineRunner:
-    def __init__(self, name: str, max_queue: int = 16, observer: JobObserver | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_queue: int = 16,
+        observer: JobObserver | None = None,
+        workers: int = 1,
+    ) -> None:
         self.name = name
         self.max_queue = max_queue
         self._observer = observer
@@ -80,8 +88,13 @@ class EngineRunner:
         self._order = itertools.count()
         self._wake = threading.Condition(self._lock)
         self._closed = False
-        self._thread = threading.Thread(target=self._work, name=f"engine-{name}", daemon=True)
-        self._thread.start()
+        # More than one only for an engine whose work runs elsewhere (a remote LLM server).
+        self._threads = [
+            threading.Thread(target=self._work, name=f"engine-{name}-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def _work(self) -> None:
         while True:

@@ -64,9 +64,17 @@ class ServerState:
     def install(
         self, engines: Engines, filler: Filler | None = None, store: CallStore | None = None
     ) -> None:
+        remote = self.config.llm.engine == "openai"  # its threads only wait on streams
         runners = Runners(
             *(
-                EngineRunner(name, self.config.limits.engine_queue, observer=self.metrics)
+                EngineRunner(
+                    name,
+                    self.config.limits.engine_queue,
+                    observer=self.metrics,
+                    workers=self.config.remote_llm.max_connections
+                    if remote and name == "llm"
+                    else 1,
+                )
                 for name in ("vad", "stt", "llm", "tts")
             )
         )

@@ -12,12 +12,14 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
+from typing import Literal
 
 import httpx
 
@@ -26,8 +28,36 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
-def render_nginx(listen: str, workers: list[str], prefix: Path) -> str:
-    """``deploy/nginx.conf.template`` with its three variables filled in."""
+def free_port_run(count: int) -> int:
+    """A port P with P..P+count-1 all free on loopback (nginx, then one per worker)."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no run of free ports on loopback")
+
+
+Balance = Literal["session", "round_robin"]
+
+
+def render_nginx(
+    listen: str, workers: list[str], prefix: Path, balance: Balance = "session"
+) -> str:
+    """``deploy/nginx.conf.template`` with its three variables filled in.
+
+    ``balance="round_robin"`` drops the template's ``hash ... consistent;`` line and nothing
+    else, so nginx round-robins connections: the baseline ``voxpipe bench-cluster`` measures
+    session affinity against, not a way to deploy (every reconnect then rebuilds context).
+    """
     if not TEMPLATE.exists():
         raise FileNotFoundError(f"{TEMPLATE} is missing: run from a voxpipe checkout")
     upstreams = "\n".join(
@@ -39,7 +69,20 @@ def render_nginx(listen: str, workers: list[str], prefix: Path) -> str:
     )
     if "${VOXPIPE_" in text:
         raise ValueError(f"{TEMPLATE} names a variable render_nginx does not know")
-    return text
+    return without_affinity(text) if balance == "round_robin" else text
+
+
+def without_affinity(conf: str) -> str:
+    """``conf`` less its upstream's ``hash ... consistent;`` line (nginx then round-robins)."""
+    lines = conf.splitlines(keepends=True)
+    kept = [
+        line
+        for line in lines
+        if not (line.strip().startswith("hash ") and line.strip().endswith(" consistent;"))
+    ]
+    if len(kept) != len(lines) - 1:
+        raise ValueError("expected exactly one `hash ... consistent;` line in the nginx config")
+    return "".join(kept)
 
 
 @dataclass
@@ -49,6 +92,7 @@ class LocalCluster:
     workers: int = 2
     redis_port: int = 6390
     env: dict[str, str] = field(default_factory=dict)
+    balance: Balance = "session"  # round_robin: the affinity benchmark's baseline only
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_at: float = 0.0
 
@@ -82,6 +126,7 @@ class LocalCluster:
             )
 
     def start(self) -> LocalCluster:
+        self.workdir = self.workdir.resolve()  # nginx takes a relative -c as under its -p
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.started_at = time.monotonic()
         self._spawn(
@@ -108,7 +153,10 @@ class LocalCluster:
         conf = prefix / "nginx.conf"
         conf.write_text(
             render_nginx(
-                f"127.0.0.1:{self.port}", [f"127.0.0.1:{p}" for p in self.worker_ports], prefix
+                f"127.0.0.1:{self.port}",
+                [f"127.0.0.1:{p}" for p in self.worker_ports],
+                prefix,
+                self.balance,
             )
         )
         self._spawn("nginx", [NGINX, "-p", str(prefix), "-c", str(conf), "-e", "stderr"])

@@ -364,3 +364,16 @@ async def test_a_cancelled_waiting_job_never_runs_and_leaves_the_queue() -> None
         assert ran == []
     finally:
         runner.close()
+
+
+async def test_a_runner_with_two_workers_runs_two_jobs_at_once() -> None:
+    """A remote engine's runner: each thread only waits on a server, so jobs overlap."""
+    r = EngineRunner("remote", max_queue=4, workers=2)
+    both = threading.Barrier(2, timeout=5)  # passes only when two jobs run together
+    try:
+        names = await asyncio.gather(
+            *(r.call(lambda: (both.wait(), threading.current_thread().name)[1]) for _ in "ab")
+        )
+    finally:
+        r.close()
+    assert len(set(names)) == 2

@@ -1,0 +1,221 @@
+"""The remote LLM engine against a small real HTTP server that streams SSE like an
+OpenAI-compatible one, and misbehaves on request. (The e2e test runs it against
+llama-cpp-python's real server.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from voxpipe.config import LlmConfig, RemoteLlmConfig
+from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, LlmUsage
+from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
+
+MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello?")]
+
+
+@dataclass
+class Seen:
+    port: int
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class Script:
+    """What the server does with each request, in order (the last one repeats)."""
+
+    steps: list[tuple[str, Any]] = field(default_factory=lambda: [("ok", ["Hi", " there", "."])])
+    seen: list[Seen] = field(default_factory=list)
+    disconnected: threading.Event = field(default_factory=threading.Event)
+
+    def next(self) -> tuple[str, Any]:
+        return self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+
+
+def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def _event(self, payload: object) -> None:
+            self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+        def _delta(self, text: str, finish: str | None = None) -> None:
+            self._event({"choices": [{"delta": {"content": text}, "finish_reason": finish}]})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            script.seen.append(Seen(self.client_address[1], dict(self.headers), body))
+            kind, arg = script.next()
+            if kind == "status":
+                payload = json.dumps({"error": "busy"}).encode()
+                self.send_response(arg)
+                self.send_header("content-length", str(len(payload)))
+                self.send_header("retry-after", "0")
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            if not body.get("stream"):
+                usage = {"prompt_tokens": 40, "completion_tokens": 1}
+                usage["prompt_tokens_details"] = {"cached_tokens": 30}  # type: ignore[assignment]
+                payload = json.dumps({"choices": [], "usage": usage}).encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            if kind == "slow":
+                time.sleep(arg)
+                kind, arg = "ok", ["late"]
+            if kind == "ok":
+                for text in arg:
+                    self._delta(text)
+                self._event({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+            elif kind == "die_after":
+                for text in arg:
+                    self._delta(text)
+                self.close_connection = True
+                self.connection.shutdown(2)
+            elif kind == "endless":
+                try:
+                    for i in range(10_000):
+                        self._delta(f" w{i}")
+                        time.sleep(0.01)
+                except (BrokenPipeError, ConnectionResetError):
+                    script.disconnected.set()
+                    self.close_connection = True
+
+    return Handler
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Script]]:
+    script = Script()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", script
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def engine(url: str, **remote: Any) -> OpenAiCompatibleLlm:
+    return OpenAiCompatibleLlm(
+        RemoteLlmConfig(base_url=url, model="m1", **remote), LlmConfig(max_tokens=33)
+    )
+
+
+def test_a_reply_streams_and_carries_the_session_key(server: tuple[str, Script]) -> None:
+    url, script = server
+    llm = engine(url, extra_body={"cache_prompt": True}, api_key="k")
+    usage = LlmUsage()
+    assert list(llm.stream("call-7", MESSAGES, CancelToken(), usage)) == ["Hi", " there", "."]
+    assert (usage.prompt_tokens, usage.completion_tokens) == (12, 3)
+    seen = script.seen[0]
+    assert seen.body["user"] == "call-7" and seen.headers["x-session-id"] == "call-7"
+    assert seen.body["cache_prompt"] is True and seen.body["model"] == "m1"
+    assert seen.body["max_tokens"] == 33 and seen.body["stream"] is True
+    assert seen.body["messages"][1] == {"role": "user", "content": "Hello?"}
+    assert seen.headers["authorization"] == "Bearer k"
+
+
+def test_requests_reuse_one_connection(server: tuple[str, Script]) -> None:
+    url, script = server
+    llm = engine(url)
+    for _ in range(3):
+        assert "".join(llm.stream("s", MESSAGES, CancelToken(), LlmUsage())) == "Hi there."
+    assert len({seen.port for seen in script.seen}) == 1
+
+
+def test_a_cancel_mid_stream_closes_it_upstream(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [("endless", None)]
+    llm = engine(url)
+    cancel, usage, got = CancelToken(), LlmUsage(), []
+    for delta in llm.stream("s", MESSAGES, cancel, usage):
+        got.append(delta)
+        if len(got) == 3:
+            threading.Thread(target=cancel.cancel).start()  # as a barge-in does, from elsewhere
+    assert usage.finish_reason == "cancelled" and 3 <= len(got) < 100
+    assert script.disconnected.wait(5), "the server kept streaming to a cancelled request"
+
+
+def test_a_busy_server_is_retried_before_any_token(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [("status", 503), ("status", 429), ("ok", ["fine"])]
+    usage = LlmUsage()
+    assert list(engine(url, retries=2).stream("s", MESSAGES, CancelToken(), usage)) == ["fine"]
+    assert usage.extra["retries"] == 2 and len(script.seen) == 3
+
+
+def test_retries_give_up_with_the_status(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [("status", 503)]
+    with pytest.raises(EngineError, match="503"):
+        list(engine(url, retries=1).stream("s", MESSAGES, CancelToken(), LlmUsage()))
+    assert len(script.seen) == 2
+
+
+def test_a_client_error_is_not_retried(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [("status", 400)]
+    with pytest.raises(EngineError, match=r"400.*busy"):
+        list(engine(url).stream("s", MESSAGES, CancelToken(), LlmUsage()))
+    assert len(script.seen) == 1
+
+
+def test_a_stream_that_breaks_after_a_token_fails_the_turn_without_a_resend(
+    server: tuple[str, Script],
+) -> None:
+    url, script = server
+    script.steps = [("die_after", ["One", " two"])]
+    got: list[str] = []
+    with pytest.raises(EngineError, match="failed"):
+        for delta in engine(url).stream("s", MESSAGES, CancelToken(), LlmUsage()):
+            got.append(delta)
+    assert got == ["One", " two"] and len(script.seen) == 1
+
+
+def test_a_silent_server_times_out_instead_of_hanging(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [("slow", 1.0)]
+    with pytest.raises(EngineError, match="read_timeout_s"):
+        list(engine(url, read_timeout_s=0.2).stream("s", MESSAGES, CancelToken(), LlmUsage()))
+
+
+def test_an_unreachable_server_is_an_engine_error() -> None:
+    llm = engine("http://127.0.0.1:9/v1", retries=0)
+    with pytest.raises(EngineError, match="unreachable"):
+        llm.warmup()
+
+
+def test_prefill_asks_for_one_token_and_reads_the_cache_hit(server: tuple[str, Script]) -> None:
+    url, script = server
+    usage = engine(url).prefill("s", MESSAGES, CancelToken())
+    assert script.seen[0].body["max_tokens"] == 1 and not script.seen[0].body["stream"]
+    assert (usage.prompt_tokens, usage.reused_tokens, usage.prefill_tokens) == (40, 30, 10)
+    assert engine(url, prefill=False).prefill("s", MESSAGES, CancelToken()) == LlmUsage()
+    assert len(script.seen) == 1
