@@ -47,10 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
-from voxpipe.bench.scrape import histograms, scrape
+from voxpipe.bench.scrape import counter, histograms, scrape
 from voxpipe.bench.stats import summarize
 from voxpipe.clients.native_client import NativeClient, TurnResult
 from voxpipe.server.local_cluster import Balance, LocalCluster, free_port_run
@@ -114,17 +113,6 @@ def port_of(cluster: LocalCluster, worker: str) -> int:
     return cluster.worker_ports[int(worker.removeprefix("w"))]
 
 
-def counter(text: str, name: str, **labels: str) -> float:
-    """A counter's value on a ``/metrics`` page (0 when absent)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return 0.0
-
-
 def rebuild_metrics(text: str) -> dict[str, float]:
     """A worker's context rebuilds so far and the restores it made, from its ``/metrics``."""
     series = histograms(text, "voxpipe_context_rebuild_seconds", "").get("")
@@ -141,17 +129,6 @@ async def workers_metrics(cluster: LocalCluster) -> dict[str, dict[str, float]]:
         str(port): rebuild_metrics(await scrape(f"http://127.0.0.1:{port}"))
         for port in cluster.worker_ports
     }
-
-
-async def all_ready(cluster: LocalCluster) -> bool:
-    async with httpx.AsyncClient(timeout=2) as http:
-        for port in cluster.worker_ports:
-            try:
-                if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code != 200:
-                    return False
-            except httpx.HTTPError:
-                return False
-    return True
 
 
 async def history_user_messages(client: NativeClient) -> int:
@@ -452,7 +429,7 @@ async def one_failover(cluster: LocalCluster, rep: int, clips: Sequence[Clip]) -
     finally:
         await client.close()
     deadline = time.monotonic() + RESTART_TIMEOUT_S
-    while not await all_ready(cluster):
+    while not await asyncio.to_thread(cluster.workers_ready):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the killed worker was not back in {RESTART_TIMEOUT_S:.0f} s")
         await asyncio.sleep(0.2)

@@ -100,6 +100,15 @@ def gauge(text: str, name: str) -> float | None:
     return None
 
 
+def counter(text: str, name: str, **labels: str) -> float:
+    """A counter's value on a ``/metrics`` page (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
+
+
 async def scrape(base: str) -> str:
     """The server's ``/metrics`` page, or "" when it cannot be read."""
     with contextlib.suppress(httpx.HTTPError):

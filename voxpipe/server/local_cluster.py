@@ -179,6 +179,10 @@ class LocalCluster:
             finally:
                 client.close()
 
+    def workers_ready(self) -> bool:
+        """Whether every worker answers ``/readyz`` 200 now (straight, not through nginx)."""
+        return all(self._ok(f"http://127.0.0.1:{p}/readyz") for p in self.worker_ports)
+
     def wait_ready(self, timeout_s: float = 600) -> float:
         """Block until every worker is warm and nginx answers; seconds since start."""
         deadline = time.monotonic() + timeout_s
