@@ -13,11 +13,27 @@ APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
 install: $(STAMP)
 
-# Reinstalls only when pyproject.toml changes; pip reuses its cached llama-cpp-python wheel.
-$(STAMP): pyproject.toml
+# llama.cpp, built for any x86-64 with AVX2 rather than for this CPU: on CPUs with AMX
+# (Xeon Sapphire Rapids and later) llama.cpp's AMX matmul kernels crash (SIGSEGV) on the
+# 896-wide layers of Qwen2.5-0.5B. Its wheel is cached in a folder of its own, so a wheel
+# built with other flags (pip's cache does not key on CMAKE_ARGS) is never picked up.
+LLAMA         := llama-cpp-python[server]==0.3.36
+LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMA_CACHE   := $(HOME)/.cache/voxpipe/pip-llama-avx2
+LLAMA_STAMP   := $(VENV)/.llama-0.3.36-avx2
+
+$(LLAMA_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install \
+	  --quiet --force-reinstall --no-deps --cache-dir $(LLAMA_CACHE) '$(LLAMA)'
+	touch $@
+
+# Reinstalls only when pyproject.toml changes.
+$(STAMP): pyproject.toml $(LLAMA_STAMP)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/voxpipe models --assemble
 	touch $(STAMP)
 

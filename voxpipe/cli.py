@@ -38,11 +38,23 @@ def listen_socket(config: Config) -> socket.socket:
     return sock
 
 
+def _configured_secrets(config: Config) -> list[str]:
+    """The secrets in the configuration, which the log redaction removes wherever they appear."""
+    found = [key.key.get_secret_value() for key in config.auth.api_keys]
+    if config.auth.token_secret is not None:
+        found.append(config.auth.token_secret.get_secret_value())
+    if config.remote_llm.api_key:
+        found.append(config.remote_llm.api_key)
+    return found
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from voxpipe.observability import redaction
     from voxpipe.server.app import create_app
     from voxpipe.server.lifecycle import DrainingServer
+    from voxpipe.server.websocket_protocol import WebSocketProtocol
 
     config = _config(args)
     logging.basicConfig(
@@ -50,6 +62,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    secrets = _configured_secrets(config)
+    redaction.install(secrets)  # the supervisor's log, and ours before uvicorn starts
     if args.workers > 1:
         from voxpipe.server.supervisor import Supervisor
 
@@ -78,19 +92,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if not config.auth.api_keys:
         print("voxpipe: authentication is off (no API keys configured)", flush=True)
-    server = DrainingServer(
-        uvicorn.Config(
-            app,
-            host=config.server.host,
-            port=config.server.port,
-            log_level=config.server.log_level,
-            ws_max_size=config.server.max_message_bytes * 4,
-            ws_ping_interval=config.server.heartbeat_s,
-            ws_ping_timeout=config.server.heartbeat_s,
-            timeout_graceful_shutdown=5,
-        ),
-        app.state.voxpipe,
+    elif config.auth.token_secret is None:
+        print(
+            "voxpipe: WARNING auth.token_secret is not set: POST /v1/tokens is refused and no "
+            "browser token is accepted (set VOXPIPE_AUTH__TOKEN_SECRET, docs/security.md)",
+            flush=True,
+        )
+    uvicorn_config = uvicorn.Config(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_level=config.server.log_level,
+        ws=WebSocketProtocol,
+        ws_max_size=config.server.max_message_bytes * 4,
+        ws_ping_interval=config.server.heartbeat_s,
+        ws_ping_timeout=config.server.heartbeat_s,
+        timeout_graceful_shutdown=5,
     )
+    redaction.install(secrets)  # uvicorn's own handlers (access log) exist from here on
+    server = DrainingServer(uvicorn_config, app.state.voxpipe)
     server.run(sockets=[listen_socket(config)])
     return 0
 
@@ -224,13 +244,15 @@ def cmd_calls(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(calls, indent=2))
             return 0
-        print(f"{'session':34} {'started (UTC)':20} {'duration':>9} {'turns':>5}  end")
+        print(f"{'call':16} {'session':34} {'started (UTC)':20} {'duration':>9} {'turns':>5}  end")
         for c in calls:
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c["started_at"]))
             duration = "live" if c["duration_s"] is None else f"{c['duration_s']:.1f} s"
+            if c["end_reason"] == "crashed":
+                duration = "crashed"
             print(
-                f"{c['session_id']:34} {started:20} {duration:>9} {c['turns']:>5}  "
-                f"{c['end_reason'] or ''}"
+                f"{c['call_id']:16} {c['session_id']:34} {started:20} {duration:>9} "
+                f"{c['turns']:>5}  {c['end_reason'] or ''}"
             )
         return 0
     call = show_call(args.session_id)
@@ -241,7 +263,14 @@ def cmd_calls(args: argparse.Namespace) -> int:
         print(json.dumps(call, indent=2))
         return 0
     latency = {t["turn_id"]: t for t in call["turns"]}
-    print(f"call {call['session_id']}  ended: {call['end_reason'] or 'live'}")
+    ended = call["end_reason"] or "live"
+    if ended == "crashed":
+        found = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(call["ended_at"]))
+        ended = f"crashed (found {found} UTC; its owner may resume it)"
+    print(
+        f"call {call['call_id']}  session {call['session_id']}  owner {call['owner']}  "
+        f"ended: {ended}"
+    )
     for m in call["messages"]:
         turn = latency.get(m["turn_id"], {})
         extra = ""
@@ -316,7 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
 
     calls = sub.add_parser("calls", help="list past calls, or show one call's transcript")
-    calls.add_argument("session_id", nargs="?", help="a call's session id (or its prefix)")
+    calls.add_argument(
+        "session_id", nargs="?", help="a call id or session id (or a prefix; a session's latest)"
+    )
     calls.add_argument("--config", type=Path)
     calls.add_argument("--db", type=Path, help="SQLite file (default: store.path)")
     calls.add_argument("--limit", type=int, default=50)

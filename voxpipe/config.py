@@ -11,12 +11,13 @@ values in force.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -322,8 +323,17 @@ class LimitsConfig(BaseModel):
     inbound_buffer_ms: int = Field(
         2000,
         ge=100,
-        description="Caller audio waiting for the VAD; on overflow the oldest audio is dropped "
-        "and counted.",
+        description="Caller audio waiting for the VAD; on overflow the oldest audio is dropped, "
+        "counted, logged once per episode and reported to the client (audio_dropped).",
+    )
+    inbound_wait_ms: int = Field(
+        250,
+        ge=0,
+        le=5000,
+        description="Backpressure: while over half of inbound_buffer_ms waits for the VAD, a "
+        "WebSocket call (native, OpenAI Realtime, Twilio) stops reading for up to this long "
+        "per message, so TCP slows a sender that runs ahead of real time; 0 = never wait "
+        "(drop instead). WebRTC cannot be slowed.",
     )
     send_buffer_ms: int = Field(
         5000,
@@ -358,20 +368,85 @@ class DeadlineConfig(BaseModel):
     )
 
 
+KEY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class ApiKey(BaseModel):
+    """One API key and the name it is known by. The name, not the secret and not its place in
+    the list, is the identity calls are owned by (``key:<name>``), so reordering, adding or
+    rotating other keys never moves a call to another owner."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    name: str = Field(
+        pattern=KEY_NAME_PATTERN,
+        description="Stable identity of the key's callers (letters, digits, _ . -; no /).",
+    )
+    key: SecretStr = Field(
+        min_length=1, description="The secret the client sends; never printed or logged."
+    )
+
+    @staticmethod
+    def anonymous_name(key: str) -> str:
+        """The name of a key given as a bare string: a digest, never an index, so it stays
+        the same wherever the key sits in the list."""
+        return hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
 class AuthConfig(BaseModel):
     """Authentication at connect; off while no API key is configured."""
 
-    api_keys: list[str] = Field(
+    model_config = ConfigDict(hide_input_in_errors=True)  # alone too, its errors name no key
+
+    api_keys: list[ApiKey] = Field(
         default_factory=list,
         description="Accepted API keys (Authorization: Bearer KEY, ?api_key=KEY, or the "
-        "openai-insecure-api-key.KEY subprotocol). Empty = no authentication.",
+        'openai-insecure-api-key.KEY subprotocol): a list of `{"name": N, "key": K}`, a mapping '
+        "name -> key, or bare key strings (named by the first 8 hex digits of their SHA-256). "
+        "A caller's identity is `key:<name>`; names and keys must be unique. "
+        "Empty = no authentication.",
     )
-    token_secret: str | None = Field(
+    token_secret: SecretStr | None = Field(
         None,
-        description="HMAC secret for short-lived browser tokens (POST /v1/tokens); default: "
-        "derived from the first API key.",
+        min_length=32,
+        description="HMAC secret (32+ characters) that signs and checks browser tokens "
+        "(POST /v1/tokens); its own value, so API keys rotate without breaking tokens. Unset "
+        "while keys are set: no token is minted or accepted. Every worker needs the same one; "
+        "changing it revokes every token.",
     )
-    token_ttl_s: int = Field(300, ge=10, le=86400, description="Lifetime of an issued token.")
+    token_ttl_s: int = Field(
+        300,
+        ge=10,
+        le=86400,
+        description="Lifetime of an issued token, and the most a POST /v1/tokens request may "
+        "ask for (ttl_s).",
+    )
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # {"name": "key", ...}
+            return [{"name": name, "key": key} for name, key in value.items()]
+        if isinstance(value, list):
+            return [
+                {"name": ApiKey.anonymous_name(item), "key": item}
+                if isinstance(item, str)
+                else item
+                for item in value
+            ]
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
+        names = [k.name for k in keys]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"API key names must be unique; repeated: {', '.join(twice)}")
+        secrets = [k.key.get_secret_value() for k in keys]
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("the same API key is listed twice (under two names)")
+        return keys
 
 
 class StoreConfig(BaseModel):
@@ -401,7 +476,10 @@ class StoreConfig(BaseModel):
 class Config(BaseSettings):
     """The whole server configuration."""
 
-    model_config = SettingsConfigDict(env_prefix="VOXPIPE_", env_nested_delimiter="__")
+    # Errors name the field and the rule, never the value: it may be a key or a secret.
+    model_config = SettingsConfigDict(
+        env_prefix="VOXPIPE_", env_nested_delimiter="__", hide_input_in_errors=True
+    )
 
     vad: VadConfig = Field(default_factory=VadConfig)
     turn: TurnConfig = Field(default_factory=TurnConfig)

@@ -28,6 +28,7 @@ from voxpipe.conversation.events import ErrorCode
 pytestmark = pytest.mark.e2e
 
 KEY = "test-key-1"
+TOKEN_SECRET = "test-token-secret-of-at-least-32-characters"
 MAX_CALLS = 3
 IDLE_S = 4
 HEARTBEAT_S = 1.0
@@ -46,6 +47,7 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         tmp_path_factory.mktemp("prod"),
         env={
             "VOXPIPE_AUTH__API_KEYS": json.dumps([KEY, "second-key"]),
+            "VOXPIPE_AUTH__TOKEN_SECRET": TOKEN_SECRET,
             "VOXPIPE_LIMITS__MAX_CALLS": str(MAX_CALLS),
             "VOXPIPE_LIMITS__SEND_BUFFER_MS": str(SEND_BUFFER_MS),
             "VOXPIPE_SERVER__IDLE_TIMEOUT_S": str(IDLE_S),
@@ -361,7 +363,7 @@ async def test_resume_of_an_unknown_session_is_refused(prod: RunningServer) -> N
             )
         )
         event = json.loads(await asyncio.wait_for(ws.recv(), 5))
-        assert event["code"] == ErrorCode.RESUME_FAILED, event
+        assert event["code"] == ErrorCode.SESSION_NOT_FOUND, event
         await ws.send(json.dumps({"type": "session.start"}))  # a fresh call still works
         assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "session.started"
 

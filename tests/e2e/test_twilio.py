@@ -13,6 +13,7 @@ import base64
 import json
 import re
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -111,6 +112,26 @@ async def test_a_phone_call_is_answered_in_mulaw(server: RunningServer) -> None:
         "every echoed mark was recognised"
     )
     assert _counter(server, "voxpipe_dtmf_total", "digit")["5"] == dtmf_before + 1
+
+
+async def test_a_signalwire_shaped_start_is_answered(server: RunningServer) -> None:
+    """SignalWire's Twilio-compatible streams name the stream, call and account with UUIDs."""
+    clip = librivox_clips()[1]
+    async with TwilioLine(_url(server)) as line:
+        line.stream_sid, line.call_sid, line.account_sid = (str(uuid.uuid4()) for _ in range(3))
+        await line.connect()
+        said = line.say(*read_wav(clip.path))
+        await asyncio.wait_for(said.sent.wait(), 60)
+        (turn,) = await _turns(server, line.stream_sid, 1)
+        marks = line.of("mark")
+        await line.wait_for(lambda: line.buffered_s == 0 and len(line.echoed) == len(marks), 30)
+        close_code = await line.hang_up()
+
+    assert turn["status"] == "completed" and turn["reply"].strip()
+    media = [r.message for r in line.of("media")]
+    assert _voiced_s(media) > 0.3, "the spoken reply has under 0.3 s of sound"
+    assert {m["streamSid"] for m in media} == {line.stream_sid}
+    assert close_code == 1000
 
 
 async def test_talking_over_the_reply_sends_clear(server: RunningServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -70,3 +71,65 @@ class JitterBuffer:
         self._chunks.clear()
         self._bytes = 0
         return chunks
+
+
+@dataclass(frozen=True)
+class DropNotice:
+    """Dropped audio to tell the client about."""
+
+    ms: float  # dropped since the previous notice
+    total_ms: float  # dropped in the whole call
+
+
+class DropReports:
+    """When dropped audio is told to the client and to the log.
+
+    A flood drops audio frame after frame; a message per frame would flood the client
+    and the log in turn. Drops less than ``episode_gap_s`` apart form one episode: its
+    first drop is told at once (and is the one the log hears of), later ones are summed
+    and told at most once per ``interval_s``. Nothing is forgotten: every dropped
+    millisecond is in exactly one notice, so what the client adds up is what the
+    server's counter says.
+    """
+
+    def __init__(self, interval_s: float = 1.0, episode_gap_s: float = 5.0) -> None:
+        self.interval_s = interval_s
+        self.episode_gap_s = episode_gap_s
+        self.total_ms = 0.0
+        self.episodes = 0
+        self._pending_ms = 0.0
+        self._last_drop = -math.inf
+        self._last_notice = -math.inf
+
+    def add(self, ms: float, now: float) -> bool:
+        """Count a drop at ``now`` (monotonic seconds); True if it opens an episode."""
+        opens = now - self._last_drop >= self.episode_gap_s
+        if opens:
+            self.episodes += 1
+            self._last_notice = -math.inf  # an episode's first drop is told at once
+        self._last_drop = now
+        self._pending_ms += ms
+        self.total_ms += ms
+        return opens
+
+    @property
+    def pending_ms(self) -> float:
+        return self._pending_ms
+
+    def due_at(self) -> float | None:
+        """When the drops not told yet may be told; None if there are none."""
+        return self._last_notice + self.interval_s if self._pending_ms > 0 else None
+
+    def take(self, now: float) -> DropNotice | None:
+        """The notice due at ``now``, if one is."""
+        due = self.due_at()
+        return self.flush(now) if due is not None and now >= due else None
+
+    def flush(self, now: float) -> DropNotice | None:
+        """Every drop not told yet, due or not (the call is ending)."""
+        if self._pending_ms <= 0:
+            return None
+        notice = DropNotice(self._pending_ms, self.total_ms)
+        self._pending_ms = 0.0
+        self._last_notice = now
+        return notice

@@ -12,6 +12,7 @@ class ErrorCode(StrEnum):
 
     INVALID_JSON = "invalid_json"
     INVALID_EVENT = "invalid_event"
+    INVALID_UTF8 = "invalid_utf8"
     UNKNOWN_EVENT = "unknown_event"
     NOT_STARTED = "session_not_started"
     ALREADY_STARTED = "session_already_started"
@@ -24,6 +25,7 @@ class ErrorCode(StrEnum):
     TURN_FAILED = "turn_failed"
     INTERNAL = "internal_error"
     UNAUTHORIZED = "unauthorized"
+    TOKENS_DISABLED = "tokens_disabled"
     AT_CAPACITY = "at_capacity"
     SHUTTING_DOWN = "server_shutdown"
     IDLE_TIMEOUT = "idle_timeout"
@@ -33,6 +35,8 @@ class ErrorCode(StrEnum):
     AUDIO_DROPPED = "audio_dropped"
     SESSION_REPLACED = "session_replaced"
     RESUME_FAILED = "resume_failed"
+    SESSION_NOT_FOUND = "session_not_found"
+    SESSION_ID_TAKEN = "session_id_taken"
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,16 @@ class ErrorEvent(Event):
     @classmethod
     def of(cls, code: ErrorCode, message: str) -> ErrorEvent:
         return cls(code.value, message)
+
+
+@dataclass(frozen=True)
+class AudioDropped(ErrorEvent):
+    """Caller audio the server dropped (``audio_dropped``): an ``error`` whose call goes on,
+    with the amounts in fields so a client need not parse the message. Each dropped
+    millisecond is in exactly one of these, so their ``dropped_ms`` add up to the total."""
+
+    dropped_ms: float = 0.0  # since the previous audio_dropped of this call
+    total_dropped_ms: float = 0.0  # in the whole call
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from voxpipe.conversation.events import (
     TurnMetrics,
 )
 from voxpipe.conversation.playback import PlaybackTracker
-from voxpipe.conversation.services import Services
+from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
 from voxpipe.engines.runner import EngineBusy, JobClock
 from voxpipe.observability.timeline import TurnTimeline
@@ -78,6 +78,7 @@ class ReplyContext:
     """What a reply borrows from its session."""
 
     session_id: str
+    record: CallRecord  # where the turns are recorded
     services: Services
     send_event: SendEvent
     send_audio: SendAudio
@@ -168,7 +169,7 @@ class Reply:
         self.timeline.mark("eot")
         store = self.ctx.services.store
         if store is not None and self.timeline.has("stt_done") and self.transcript:
-            store.message(self.ctx.session_id, self.turn_id, "user", self.transcript)
+            store.message(self.ctx.record, self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
         while self._held_events:
             await self.ctx.send_event(self._held_events.pop(0))
@@ -243,7 +244,7 @@ class Reply:
             self.transcript = transcript.text.strip()
             tl.counters["transcript"] = self.transcript
             if services.store is not None and not self.held and self.transcript:
-                services.store.message(self.ctx.session_id, self.turn_id, "user", self.transcript)
+                services.store.message(self.ctx.record, self.turn_id, "user", self.transcript)
             await self._emit(Transcript(self.turn_id, self.transcript))
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
                 self.status = "cancelled" if self.status == "pending" else self.status
@@ -502,10 +503,10 @@ class Reply:
         services = self.ctx.services
         services.metrics.observe_turn(tl, self.status)
         if services.store is not None:
-            sid = self.ctx.session_id
+            call = self.ctx.record
             if self.kept_text:
-                services.store.message(sid, self.turn_id, "assistant", self.kept_text, self.status)
-            services.store.turn_finished(sid, record)
+                services.store.message(call, self.turn_id, "assistant", self.kept_text, self.status)
+            services.store.turn_finished(call, record)
         await asyncio.to_thread(services.turn_log.write, record)
         if self.ctx.closed:
             return  # nothing is sent on a closed call, not even response.done

@@ -28,27 +28,47 @@ class Runners:
             runner.close()
 
 
+@dataclass(frozen=True)
+class CallRecord:
+    """Which record a session writes to. A session id names a conversation a client can
+    resume, and may be chosen by the client and reused after the call ends; the record of
+    each call is keyed by ``call_id``, issued by the server, so two calls never merge.
+    A restore on another worker keeps the call id and raises ``epoch``, which fences the
+    older copy's writes."""
+
+    call_id: str
+    session_id: str
+    owner: str  # the principal that started the call (server/auth.py)
+    epoch: int = 0
+
+
 class CallStore(Protocol):
     """Where a call is recorded as it goes. Every method only queues the write: none may
     wait on a disk or a network from the event loop."""
 
     shared: bool  # other workers read it: a session may have moved on since this one saw it
 
-    def call_started(self, session_id: str, info: dict[str, Any]) -> None: ...
+    def call_started(self, call: CallRecord, info: dict[str, Any]) -> None:
+        """A call began here (or was taken back here by a restore: it is live again)."""
+        ...
 
     def message(
-        self, session_id: str, turn_id: int, role: str, text: str, status: str | None = None
+        self, call: CallRecord, turn_id: int, role: str, text: str, status: str | None = None
     ) -> None: ...
 
-    def turn_finished(self, session_id: str, record: dict[str, Any]) -> None: ...
+    def turn_finished(self, call: CallRecord, record: dict[str, Any]) -> None: ...
 
-    def save_state(self, session_id: str, state: dict[str, Any]) -> None: ...
+    def save_state(self, call: CallRecord, state: dict[str, Any]) -> None: ...
 
-    def call_ended(self, session_id: str, reason: str, counts: dict[str, Any]) -> None: ...
+    def call_ended(self, call: CallRecord, reason: str, counts: dict[str, Any]) -> None:
+        """The call is over: its record says why, and its session can no longer be
+        resumed (a later call with the same session id starts a new record)."""
+        ...
 
     async def load_state(self, session_id: str) -> dict[str, Any] | None:
-        """What :meth:`save_state` last saved for ``session_id`` (possibly on another
-        worker, when the store is shared); None if nothing is kept."""
+        """What :meth:`save_state` last saved for the live session ``session_id`` (possibly
+        on another worker, when the store is shared); None if it ended or nothing is kept.
+        The state names its ``owner`` and ``call_id``."""
         ...
 
     async def aclose(self) -> None:

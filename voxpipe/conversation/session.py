@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -26,29 +27,62 @@ from typing import Any
 
 import numpy as np
 
-from voxpipe.audio.buffers import JitterBuffer
+from voxpipe.audio.buffers import DropNotice, DropReports, JitterBuffer
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
-from voxpipe.conversation.events import HistorySnapshot, SpeechStarted, SpeechStopped
+from voxpipe.conversation.events import (
+    AudioDropped,
+    ErrorCode,
+    HistorySnapshot,
+    SpeechStarted,
+    SpeechStopped,
+)
 from voxpipe.conversation.history import History
 from voxpipe.conversation.playback import PlaybackTracker
 from voxpipe.conversation.reply import BargeIn, Pacer, Reply, ReplyContext, SendAudio, SendEvent
-from voxpipe.conversation.services import Runners, Services
+from voxpipe.conversation.services import CallRecord, Runners, Services
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
 from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, ChatMessage, LlmUsage, Role
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.timeline import TurnTimeline
 
-__all__ = ["Runners", "Services", "Session"]
+__all__ = ["CallRecord", "Runners", "Services", "Session", "new_call_id", "new_session_id"]
 
 log = logging.getLogger("voxpipe.session")
 
 RESUME_AFTER_SILENCE_MS = 96  # a backchannel is over once it has been silent this long
 REMEMBERED_TURNS = 128  # finished turns whose messages a client may still edit
-KEEP_UP_WAIT_S = 0.25  # longest a burst of caller audio waits for the VAD before drops
 MIN_COMMIT_MS = 100  # less committed audio is not a turn (as the OpenAI Realtime API says)
+
+
+def new_session_id() -> str:
+    """A server-issued session id: 128 random bits, so knowing one call's id tells nothing
+    about another's (a session id is what a reconnect presents)."""
+    return secrets.token_hex(16)
+
+
+def new_call_id() -> str:
+    """The key of one call's record; a session id may be reused by a later call."""
+    return secrets.token_hex(8)
+
+
+def continued_record(state: dict[str, Any], session_id: str) -> CallRecord:
+    """The record of a call restored from its saved ``state``: the same call, one epoch on,
+    so the copy it was saved from can no longer overwrite it."""
+    return CallRecord(
+        str(state.get("call_id") or new_call_id()),
+        session_id,
+        state_owner(state),
+        int(state.get("epoch", 0)) + 1,
+    )
+
+
+def state_owner(state: dict[str, Any]) -> str:
+    """Who started the call a saved state belongs to (states saved before owners were
+    recorded belong to the anonymous principal of a server without keys)."""
+    return str(state.get("owner") or "anonymous")
 
 
 @dataclass
@@ -71,8 +105,14 @@ class Session:
         output_sample_rate: int,
         turn_config: TurnConfig | None = None,
         system_prompt: str | None = None,
+        owner: str = "anonymous",
+        record: CallRecord | None = None,
     ) -> None:
+        """``owner`` is the principal that started the call; ``record`` continues a call
+        another worker recorded (a restore), else a new call record is begun."""
         self.id = session_id
+        self.owner = owner
+        self.record = record or CallRecord(new_call_id(), session_id, owner)
         self.services = services
         self.cfg = services.config
         self._send_event = send_event
@@ -97,6 +137,7 @@ class Session:
         self._overlap = False  # the caller's current speech began during a reply
         self.ctx = ReplyContext(
             session_id=session_id,
+            record=self.record,
             services=services,
             send_event=send_event,
             send_audio=send_audio,
@@ -108,6 +149,10 @@ class Session:
         self.summarizer = Summarizer(session_id, services, self.history)
         self.closed = False
         self._inbound = JitterBuffer(input_sample_rate, self.cfg.limits.inbound_buffer_ms)
+        self.transport = "unknown"  # set by Call.attach; labels the dropped-audio counter
+        self._drops = DropReports()
+        self._drop_cause = ""
+        self._drop_notices: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._last_activity_ns = time.monotonic_ns()
         self.turns: list[dict[str, object]] = []
@@ -122,12 +167,11 @@ class Session:
         self._sample_offset = 0  # 16 kHz samples of the call before this worker's first
         self._turn_ends: dict[int, int] = {}
         self._answered_until = 0
-        self.epoch = 0  # raised by each restore on a new worker (fences the older copies)
         self._rebuild: asyncio.Task[LlmUsage] | None = None  # the restored context's prefill
         self._rebuild_cancel = CancelToken()
         if services.store is not None:
             services.store.call_started(
-                session_id,
+                self.record,
                 {
                     "input_sample_rate": input_sample_rate,
                     "output_sample_rate": output_sample_rate,
@@ -151,19 +195,64 @@ class Session:
         dropped = self._inbound.put(pcm)
         if dropped:
             self.counts["inbound_dropped_ms"] += round(dropped / 2 * 1000 / self.input_sample_rate)
-            self.services.metrics.audio_dropped.labels("inbound", self._inbound.policy).inc(
-                dropped / 2 / self.input_sample_rate
+            self._dropped(
+                dropped / 2 / self.input_sample_rate,
+                f"caller audio arrived faster than real time and more than "
+                f"{self.cfg.limits.inbound_buffer_ms} ms of it waited for the VAD "
+                f"(limits.inbound_buffer_ms); the oldest went first",
             )
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._drain_inbound(), name=f"inbound-{self.id}")
 
-    async def keep_up(self, max_wait_s: float = KEEP_UP_WAIT_S) -> None:
+    def _dropped(self, seconds: float, cause: str) -> None:
+        """Caller audio is gone: count it, log the episode once, and tell the client (soon,
+        and at most once a second during a flood, but every millisecond of it)."""
+        policy = self._inbound.policy.value
+        self.services.metrics.audio_dropped.labels("inbound", policy, self.transport).inc(seconds)
+        self._drop_cause = cause
+        if self._drops.add(seconds * 1000, time.monotonic()):
+            log.warning(
+                "session %s (%s): %s; %.0f ms dropped (%.0f ms in this call); counted in "
+                "voxpipe_audio_dropped_seconds_total and told to the client (audio_dropped) "
+                "where its protocol has errors; not logged again in this episode",
+                self.id,
+                self.transport,
+                cause,
+                seconds * 1000,
+                self._drops.total_ms,
+            )
+        if self._drop_notices is None or self._drop_notices.done():
+            self._drop_notices = asyncio.create_task(
+                self._tell_drops(), name=f"audio-dropped-{self.id}"
+            )
+
+    async def _tell_drops(self) -> None:
+        """Send the ``audio_dropped`` notices as they fall due, until none is pending."""
+        while not self.closed and (due := self._drops.due_at()) is not None:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            notice = self._drops.take(time.monotonic())
+            if notice is not None:
+                await self._send_event(self._drop_event(notice))
+
+    def _drop_event(self, notice: DropNotice) -> AudioDropped:
+        return AudioDropped(
+            ErrorCode.AUDIO_DROPPED.value,
+            f"{notice.ms:.0f} ms of caller audio dropped ({notice.total_ms:.0f} ms in this "
+            f"call): {self._drop_cause}",
+            dropped_ms=round(notice.ms, 1),
+            total_dropped_ms=round(notice.total_ms, 1),
+        )
+
+    async def keep_up(self, max_wait_s: float | None = None) -> None:
         """Backpressure for a burst: while over half the inbound bound waits for the VAD, hold
-        the sender (up to ``max_wait_s``), so a client catching up after a reconnect is taken
-        at the VAD's pace rather than dropped. A VAD stalled for longer still loses the
-        oldest audio, as the bound says."""
+        the sender (up to ``limits.inbound_wait_ms``), so a client sending faster than real
+        time, or catching up after a reconnect, is taken at the VAD's pace rather than
+        dropped. A transport that stops reading makes TCP slow the sender. A VAD stalled
+        for longer still loses the oldest audio, as the bound says, and the client is told."""
+        if max_wait_s is None:
+            max_wait_s = self.cfg.limits.inbound_wait_ms / 1000
         pump = self._pump
-        if pump is not None and not pump.done() and self._inbound.filling:
+        if max_wait_s > 0 and pump is not None and not pump.done() and self._inbound.filling:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(pump), max_wait_s)
 
@@ -375,13 +464,15 @@ class Session:
             "input_samples": self._answered_until * self.input_sample_rate // STT_SAMPLE_RATE,
             "input_sample_rate": self.input_sample_rate,
             "counts": dict(self.counts),
-            "epoch": self.epoch,
+            "epoch": self.record.epoch,
+            "owner": self.owner,
+            "call_id": self.record.call_id,
         }
 
     def persist(self) -> None:
         """Save :meth:`state` to the store (queued; a no-op without one)."""
         if self.services.store is not None:
-            self.services.store.save_state(self.id, self.state())
+            self.services.store.save_state(self.record, self.state())
 
     def restore(self, state: dict[str, Any], audio_seq: int = 0) -> int:
         """Carry on a conversation another worker saved: its history, turn numbering and
@@ -401,7 +492,6 @@ class Session:
         self._seq = max(int(state.get("audio_seq", 0)), audio_seq)
         self.counts.update({k: v for k, v in state.get("counts", {}).items() if isinstance(v, int)})
         self.counts["restores"] += 1
-        self.epoch = int(state.get("epoch", 0)) + 1
         self._sample_offset = input_samples * STT_SAMPLE_RATE // self.input_sample_rate
         self._answered_until = self._sample_offset
         if self.history.turns or self.history.summary:
@@ -440,6 +530,7 @@ class Session:
         if self._pump is not None and not self._pump.done():
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
+        await self._last_drop_notice()
         if self._rebuild is not None:
             self._rebuild_cancel.cancel()
             self._rebuild.cancel()
@@ -452,7 +543,17 @@ class Session:
         await self.summarizer.close()
         self.services.engines.llm.forget(self.id)
         if self.services.store is not None:
-            self.services.store.call_ended(self.id, reason, dict(self.counts))
+            self.services.store.call_ended(self.record, reason, dict(self.counts))
+
+    async def _last_drop_notice(self) -> None:
+        """Drops not told yet are told now, while the client may still hear it."""
+        if self._drop_notices is not None and not self._drop_notices.done():
+            self._drop_notices.cancel()
+            await asyncio.gather(self._drop_notices, return_exceptions=True)
+        notice = self._drops.flush(time.monotonic())
+        if notice is not None:
+            with contextlib.suppress(Exception):  # the client may be gone: still counted
+                await self._send_event(self._drop_event(notice))
 
     async def wait_idle(self) -> None:
         """Wait for the reply in flight, if any (tests and graceful shutdown)."""
@@ -497,6 +598,11 @@ class Session:
             dropped = self._manual.popleft()
             self._manual_samples -= dropped.shape[0]
             self.counts["manual_dropped_ms"] += round(dropped.shape[0] / 16)
+            self._dropped(
+                dropped.shape[0] / STT_SAMPLE_RATE,
+                f"more than turn.max_turn_s ({self.turn_config.max_turn_s:g} s) of caller audio "
+                f"waited for a commit; the oldest went first",
+            )
 
     def _take_manual(self) -> np.ndarray:
         audio = np.concatenate(list(self._manual)) if self._manual else np.zeros(0, np.float32)

@@ -83,8 +83,8 @@ class Metrics:
         )
         self.audio_dropped = Counter(
             "voxpipe_audio_dropped_seconds_total",
-            "Audio dropped by a full buffer, by direction and policy.",
-            ["direction", "policy"],
+            "Audio dropped by a full buffer, by direction, policy and transport.",
+            ["direction", "policy", "transport"],
             registry=r,
         )
         self.buffer_age = Histogram(

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
 
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from voxpipe.config import Config
+from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.conversation.services import CallStore, Filler, Runners, Services
 from voxpipe.engines.base import Engines
 from voxpipe.engines.loader import load_engines
@@ -29,13 +32,20 @@ from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
 from voxpipe.server import web
-from voxpipe.server.auth import Authenticator, AuthError, Credentials
+from voxpipe.server.auth import (
+    Authenticator,
+    AuthError,
+    Credentials,
+    TokenRequest,
+    TokenRequestError,
+)
 from voxpipe.server.calls import CallRegistry
 from voxpipe.server.lifecycle import serve_call
 from voxpipe.server.store import open_store
-from voxpipe.server.webrtc_offers import WebRTCOffers
+from voxpipe.server.token_replay import replay_guard
+from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
 from voxpipe.server.worker import WorkerHeader, worker_id
-from voxpipe.transports.base import Transport
+from voxpipe.transports.base import Transport, describe_error
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
 from voxpipe.transports.twilio import TwilioTransport
@@ -43,6 +53,7 @@ from voxpipe.transports.twilio import TwilioTransport
 log = logging.getLogger("voxpipe.server")
 
 EngineFactory = Callable[[Config], Engines]
+MAX_TOKEN_REQUEST_BYTES = 4096
 
 
 class ServerState:
@@ -52,7 +63,7 @@ class ServerState:
         self.services: Services | None = None
         self.load_error: str | None = None
         self.on_ready: list[Callable[[], None]] = []
-        self.auth = Authenticator(config.auth)
+        self.auth = Authenticator(config.auth, replay_guard(config.store))
         self.calls = CallRegistry(config.limits.max_calls, self.metrics)
         self.worker = worker_id(config)
 
@@ -92,6 +103,33 @@ class ServerState:
             callback()
 
 
+async def _token_request(request: Request) -> TokenRequest | Response:
+    """The optional JSON body of ``POST /v1/tokens``, bounded and validated."""
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_TOKEN_REQUEST_BYTES:
+                return error_response(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"a token request is at most {MAX_TOKEN_REQUEST_BYTES} bytes",
+                    413,
+                )
+    except ClientDisconnect:
+        return Response(status_code=400)
+    if not body.strip():
+        return TokenRequest()
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        return error_response(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {reason}")
+    try:
+        return TokenRequest.model_validate(payload)
+    except ValidationError as exc:
+        return error_response(ErrorCode.INVALID_EVENT, f"token request: {describe_error(exc)}")
+
+
 def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> Starlette:
     state = ServerState(config)
     webrtc = WebRTCOffers(state)
@@ -102,7 +140,7 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             filler = await asyncio.to_thread(
                 Filler.synthesize, config.deadlines.filler, engines.tts
             )
-            store = await open_store(config.store)
+            store = await open_store(config.store, state.worker)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
             log.exception("model loading failed")
             state.load_error = f"{type(exc).__name__}: {exc}"
@@ -121,6 +159,7 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await loader
             await webrtc.close()  # its peer connections live outside any HTTP request
+            await state.auth.aclose()
             if state.services is not None:
                 state.services.runners.close()
                 if state.services.store is not None:
@@ -152,16 +191,41 @@ def create_app(config: Config, engine_factory: EngineFactory = load_engines) -> 
         )
 
     async def tokens(request: Request) -> Response:
-        """Mint a short-lived token for a browser; the caller proves itself with an API key."""
+        """Mint a short-lived token for a browser; the caller proves itself with an API key
+        and may narrow the token with a JSON body (:class:`~voxpipe.server.auth.TokenRequest`)."""
         if not state.auth.enabled:
-            return JSONResponse({"error": "authentication is off: no API keys"}, status_code=404)
+            return error_response(
+                ErrorCode.TOKENS_DISABLED, "authentication is off: no API keys, no tokens", 404
+            )
         key = Credentials.of(request.headers, {}, []).bearer or ""
         try:
-            subject = state.auth.check_key(key)
+            issuer = state.auth.check_key(key)
         except AuthError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=401)
-        token = state.auth.issue(subject)
-        return JSONResponse({"token": token, "expires_in": state.auth.ttl_s})
+            return error_response(ErrorCode.UNAUTHORIZED, str(exc), 401)
+        if not state.auth.tokens_enabled:
+            body = ErrorEvent.of(
+                ErrorCode.TOKENS_DISABLED,
+                "this server mints no tokens: set auth.token_secret (VOXPIPE_AUTH__TOKEN_SECRET)",
+            )
+            return JSONResponse(body.to_dict(), status_code=503)
+        wanted = await _token_request(request)
+        if isinstance(wanted, Response):
+            return wanted
+        try:
+            issued = state.auth.issue(issuer, wanted)
+        except TokenRequestError as exc:
+            return error_response(ErrorCode.INVALID_EVENT, f"token request: {exc}", 400)
+        scope = issued.principal
+        return JSONResponse(
+            {
+                "token": issued.token,
+                "expires_in": issued.expires_in,
+                "principal": scope.id,
+                "transports": sorted(scope.transports) if scope.transports is not None else None,
+                "session_id": scope.session_id,
+                "single_use": scope.jti is not None,
+            }
+        )
 
     def websocket_route(transport: Transport) -> WebSocketRoute:
         async def endpoint(ws: WebSocket) -> None:

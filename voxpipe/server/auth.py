@@ -1,10 +1,16 @@
-"""Who may connect: API keys, and short-lived HMAC-signed tokens for browsers.
+"""Who may connect: named API keys, and short-lived, scoped HMAC-signed tokens for browsers.
 
 A browser cannot set headers on a WebSocket and must not hold an API key, so a
 backend that holds the key asks ``POST /v1/tokens`` for a token valid a few
-minutes and hands that to the page. Credentials are checked at connect, before
-any audio is read. With no API key configured, authentication is off (a local
-development server); ``voxpipe serve`` says so at start.
+minutes and hands that to the page. A token can be narrowed further: to a subject
+(an end user of the backend), to some transports, to one session id, to a single
+connection. Credentials are checked at connect, before any audio is read. With no
+API key configured, authentication is off (a local development server); ``voxpipe
+serve`` says so at start.
+
+Tokens are signed with ``auth.token_secret`` alone, never with a key, so keys rotate
+without breaking the tokens in flight and rotating the secret revokes every token.
+``docs/security.md`` is the threat model behind these choices.
 """
 
 from __future__ import annotations
@@ -13,18 +19,87 @@ import base64
 import hashlib
 import hmac
 import json
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from voxpipe.config import AuthConfig
+from voxpipe.server.token_replay import MemoryReplayGuard, ReplayGuard, ReplayUnavailable
 
 TOKEN_PREFIX = "vxt1."
 OPENAI_KEY_SUBPROTOCOL = "openai-insecure-api-key."
+TransportName = Literal["native", "realtime", "twilio", "webrtc"]  # each transport's ``name``
+TRANSPORTS: tuple[str, ...] = get_args(TransportName)
+SUBJECT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
+MAX_TOKEN_CHARS = 4096  # a token is a few hundred characters; anything longer is not ours
 
 
 class AuthError(Exception):
-    """The credentials are missing, unknown or expired; the message says which."""
+    """The credentials are missing, unknown, expired or out of scope; the message says which."""
+
+
+class TokenRequestError(ValueError):
+    """A token request asks for more than the server grants (``invalid_event``, 400)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a connection is. Sessions belong to the principal that started them: only the
+    same ``id`` may resume one, read its history or take its id.
+
+    ``id`` is stable across restarts and key rotation of *other* keys: ``key:<name>`` for an
+    API key, ``key:<name>/<subject>`` for a token minted by that key for a subject.
+    A token may narrow what it opens: some transports only, one session id only.
+    """
+
+    id: str
+    transports: frozenset[str] | None = None  # None: every transport
+    session_id: str | None = None  # None: any session of this principal
+    jti: str | None = None  # a single-use token's id, consumed by Authenticator.admit
+    expires_at: int | None = None  # a token's expiry, Unix seconds
+
+    def may_use(self, transport: str) -> bool:
+        return self.transports is None or transport in self.transports
+
+    def may_open(self, session_id: str) -> bool:
+        return self.session_id is None or self.session_id == session_id
+
+
+ANONYMOUS = Principal("anonymous")  # authentication off: every caller is one principal
+
+
+class TokenRequest(BaseModel):
+    """The body of ``POST /v1/tokens``: every field narrows the token, none widens it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str | None = Field(
+        None,
+        pattern=SUBJECT_PATTERN,
+        description="Who the token is for (the backend's user id): the principal becomes "
+        "key:<name>/<subject>, so two users of one backend never share a session.",
+    )
+    transports: list[TransportName] | None = Field(
+        None, min_length=1, max_length=len(TRANSPORTS), description="Transports it may open."
+    )
+    session_id: str | None = Field(
+        None, min_length=1, max_length=128, description="The one session id it may open."
+    )
+    single_use: bool = Field(False, description="Open one connection only; a replay is refused.")
+    ttl_s: int | None = Field(
+        None, ge=1, description="Lifetime in seconds, at most auth.token_ttl_s (its default)."
+    )
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: str
+    principal: Principal
+    expires_in: int
 
 
 @dataclass(frozen=True)
@@ -52,61 +127,145 @@ class Credentials:
 
 
 class Authenticator:
-    def __init__(self, config: AuthConfig) -> None:
-        self.keys = [k.encode() for k in config.api_keys]
-        secret = config.token_secret or (config.api_keys[0] if config.api_keys else "")
-        self._secret = hashlib.sha256(b"voxpipe-token:" + secret.encode()).digest()
+    def __init__(self, config: AuthConfig, replay: ReplayGuard | None = None) -> None:
+        self.keys = [(f"key:{k.name}", k.key.get_secret_value().encode()) for k in config.api_keys]
+        secret = config.token_secret.get_secret_value() if config.token_secret else None
+        self._secret = (
+            hashlib.sha256(b"voxpipe-token:" + secret.encode()).digest() if secret else None
+        )
         self.ttl_s = config.token_ttl_s
+        self.replay: ReplayGuard = replay if replay is not None else MemoryReplayGuard()
 
     @property
     def enabled(self) -> bool:
         return bool(self.keys)
 
-    def check(self, credentials: Credentials) -> str | None:
-        """The principal ("key:N" or the token's subject); raises :class:`AuthError`."""
+    @property
+    def tokens_enabled(self) -> bool:
+        """Tokens need ``auth.token_secret``: without it none is minted or accepted."""
+        return self.enabled and self._secret is not None
+
+    async def admit(self, credentials: Credentials, transport: str) -> Principal:
+        """What every door calls: :meth:`check`, then the token's transport scope, then its
+        single use (recorded here, so a token refused for its scope is not spent)."""
+        principal = self.check(credentials)
+        if not principal.may_use(transport):
+            allowed = ", ".join(sorted(principal.transports or ()))
+            raise AuthError(f"this token does not open {transport} (it allows: {allowed})")
+        if principal.jti is not None:
+            expires_at = principal.expires_at or time.time() + self.ttl_s
+            try:
+                first = await self.replay.first_use(principal.jti, expires_at)
+            except ReplayUnavailable as exc:
+                raise AuthError(str(exc)) from exc
+            if not first:
+                raise AuthError("this single-use token was already used")
+        return principal
+
+    def check(self, credentials: Credentials) -> Principal:
+        """Who the credentials name; raises :class:`AuthError`. A single-use token is not
+        spent here: connections go through :meth:`admit`."""
         if not self.enabled:
-            return None
-        secrets = credentials.secrets()
-        if not secrets:
+            return ANONYMOUS
+        secrets_ = credentials.secrets()
+        if not secrets_:
             raise AuthError(
                 "missing credentials: send Authorization: Bearer <key or token>, ?token=, "
                 "or the openai-insecure-api-key.<key> subprotocol"
             )
-        for secret in secrets:
+        for secret in secrets_:
             if secret.startswith(TOKEN_PREFIX):
                 return self._check_token(secret)
-            for i, key in enumerate(self.keys):
-                if hmac.compare_digest(secret.encode(), key):
-                    return f"key:{i}"
+            key_id = self._key_id(secret)
+            if key_id is not None:
+                return Principal(key_id)
         raise AuthError("invalid API key")
 
     def check_key(self, key: str) -> str:
-        """An API key only (token minting must not accept a token)."""
-        for i, known in enumerate(self.keys):
-            if hmac.compare_digest(key.encode(), known):
-                return f"key:{i}"
-        raise AuthError("invalid API key")
+        """An API key only (token minting must not accept a token): the key's ``key:<name>``."""
+        key_id = self._key_id(key)
+        if key_id is None:
+            raise AuthError("invalid API key")
+        return key_id
 
-    def issue(self, subject: str, ttl_s: int | None = None, now: float | None = None) -> str:
-        expires = int((now or time.time()) + (ttl_s or self.ttl_s))
-        body = _b64(json.dumps({"sub": subject, "exp": expires}, separators=(",", ":")).encode())
-        return f"{TOKEN_PREFIX}{body}.{self._sign(body)}"
+    def _key_id(self, secret: str) -> str | None:
+        found = None
+        for key_id, key in self.keys:  # every key compared, so timing says nothing of which
+            if hmac.compare_digest(secret.encode(), key):
+                found = key_id
+        return found
 
-    def _check_token(self, token: str, now: float | None = None) -> str:
+    def issue(
+        self, issuer: str, request: TokenRequest | None = None, now: float | None = None
+    ) -> IssuedToken:
+        """A token for ``issuer`` (a key's ``key:<name>``), narrowed by ``request``."""
+        if self._secret is None:
+            raise AuthError("tokens are disabled: set auth.token_secret")
+        request = request or TokenRequest()
+        ttl_s = request.ttl_s or self.ttl_s
+        if ttl_s > self.ttl_s:
+            raise TokenRequestError(f"ttl_s {ttl_s} exceeds auth.token_ttl_s ({self.ttl_s})")
+        claims: dict[str, Any] = {"iss": issuer, "exp": int((now or time.time()) + ttl_s)}
+        if request.subject is not None:
+            claims["sub"] = request.subject
+        if request.transports is not None:
+            claims["tr"] = sorted(set(request.transports))
+        if request.session_id is not None:
+            claims["sid"] = request.session_id
+        if request.single_use:
+            claims["jti"] = secrets.token_urlsafe(16)
+        body = _b64(json.dumps(claims, separators=(",", ":")).encode())
+        token = f"{TOKEN_PREFIX}{body}.{self._sign(body)}"
+        return IssuedToken(token, _principal(claims), ttl_s)
+
+    def _check_token(self, token: str, now: float | None = None) -> Principal:
+        if self._secret is None:
+            raise AuthError("tokens are not accepted: auth.token_secret is not set on this server")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise AuthError("malformed token")
         body, _, signature = token[len(TOKEN_PREFIX) :].partition(".")
-        if not hmac.compare_digest(signature, self._sign(body)):
+        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
             raise AuthError("invalid token signature")
         try:
             claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-            subject, expires = str(claims["sub"]), int(claims["exp"])
+            principal = _principal(claims)
         except (ValueError, KeyError, TypeError) as exc:
             raise AuthError("malformed token") from exc
-        if (now or time.time()) >= expires:
+        assert principal.expires_at is not None
+        if (now or time.time()) >= principal.expires_at:
             raise AuthError("token expired")
-        return f"token:{subject}"
+        return principal
 
     def _sign(self, body: str) -> str:
+        assert self._secret is not None
         return _b64(hmac.new(self._secret, body.encode(), hashlib.sha256).digest())
+
+    async def aclose(self) -> None:
+        await self.replay.aclose()
+
+
+def _principal(claims: dict[str, Any]) -> Principal:
+    """The principal a token's (signed, so trusted in content, checked in shape) claims name."""
+    issuer, subject = claims["iss"], claims.get("sub")
+    transports, session_id, jti = claims.get("tr"), claims.get("sid"), claims.get("jti")
+    if not isinstance(issuer, str) or not issuer.startswith("key:"):
+        raise ValueError("iss")
+    if not all(v is None or isinstance(v, str) for v in (subject, session_id, jti)):
+        raise ValueError("sub, sid, jti")
+    if transports is not None and not (
+        isinstance(transports, list) and all(isinstance(t, str) for t in transports)
+    ):
+        raise ValueError("tr")
+    expires = claims["exp"]
+    if not isinstance(expires, int) or isinstance(expires, bool):
+        raise ValueError("exp")
+    return Principal(
+        f"{issuer}/{subject}" if subject else issuer,
+        frozenset(transports) if transports is not None else None,
+        session_id,
+        jti,
+        expires,
+    )
 
 
 def _b64(data: bytes) -> str:

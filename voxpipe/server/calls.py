@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.observability.metrics import Metrics
+from voxpipe.server.auth import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
     from voxpipe.conversation.services import Services
@@ -29,6 +30,7 @@ class CloseCode(IntEnum):
 
     NORMAL = 1000
     GOING_AWAY = 1001  # server shutdown after the drain deadline
+    INVALID_DATA = 1007  # a text message that is not UTF-8
     POLICY = 1008  # unauthorized, or no session.start in time
     TOO_BIG = 1009
     INTERNAL = 1011
@@ -55,7 +57,7 @@ class Call:
     transport: str
     services: Services
     registry: CallRegistry
-    principal: str | None = None
+    principal: Principal = ANONYMOUS
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_ns: int = field(default_factory=time.monotonic_ns)
     session: Session | None = None
@@ -65,6 +67,7 @@ class Call:
 
     def attach(self, session: Session) -> None:
         self.session = session
+        session.transport = self.transport
 
     async def end(self, why: CallEnd) -> None:
         """Close the call from the server side (idle, max duration, drain, replaced)."""
@@ -112,8 +115,8 @@ class CallRegistry:
         return len(self.active) + len(self.detached)
 
     def admit(self, call: Call, resuming: str | None = None) -> CallEnd | None:
-        """Take a slot for ``call``, or say why not. A reconnect to a waiting session takes
-        no new slot: its session already holds one."""
+        """Take a slot for ``call``, or say why not. A reconnect to a waiting session of
+        the same principal takes no new slot: its session already holds one."""
         if self.draining:
             return self._refuse(
                 CallEnd(
@@ -122,7 +125,7 @@ class CallRegistry:
                     CloseCode.TRY_AGAIN_LATER,
                 )
             )
-        resumable = resuming is not None and self.find_session(resuming)
+        resumable = resuming is not None and self.owner_of(resuming) == call.principal.id
         if not resumable and self.load >= self.max_calls:
             return self._refuse(
                 CallEnd(
@@ -178,6 +181,14 @@ class CallRegistry:
     def find_session(self, session_id: str) -> bool:
         """The id belongs to a live session, connected or waiting for a reconnect."""
         return session_id in self.detached or self.find_attached(session_id) is not None
+
+    def owner_of(self, session_id: str) -> str | None:
+        """The principal whose live session (connected or waiting) has this id, if any."""
+        entry = self.detached.get(session_id)
+        if entry is not None:
+            return entry.session.owner
+        call = self.find_attached(session_id)
+        return None if call is None or call.session is None else call.session.owner
 
     def find_attached(self, session_id: str) -> Call | None:
         for call in self.active:

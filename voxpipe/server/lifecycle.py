@@ -24,7 +24,7 @@ from starlette.websockets import WebSocket
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.server.auth import AuthError, Credentials
 from voxpipe.server.calls import Call, CallEnd, CloseCode
-from voxpipe.transports.base import Transport
+from voxpipe.transports.base import Transport, close_reason
 
 if TYPE_CHECKING:
     from voxpipe.server.app import ServerState
@@ -54,7 +54,8 @@ async def _say_and_close(ws: WebSocket, transport: Transport, why: CallEnd) -> N
     with contextlib.suppress(Exception):  # the peer may be gone or not reading
         if text is not None:
             await asyncio.wait_for(ws.send_text(text), SEND_TIMEOUT_S)
-        await asyncio.wait_for(ws.close(int(why.close_code)), SEND_TIMEOUT_S)
+        reason = close_reason(f"{why.code}: {why.message}")
+        await asyncio.wait_for(ws.close(int(why.close_code), reason), SEND_TIMEOUT_S)
 
 
 async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) -> None:
@@ -69,8 +70,9 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
         await refuse(ws, transport, why, state.config.server.refuse_with_http)
         return
     try:
-        principal = state.auth.check(
-            Credentials.of(ws.headers, ws.query_params, ws.scope.get("subprotocols", []))
+        principal = await state.auth.admit(  # the credential, and the token's transport scope
+            Credentials.of(ws.headers, ws.query_params, ws.scope.get("subprotocols", [])),
+            transport.name,
         )
     except AuthError as exc:
         metrics.errors.labels(ErrorCode.UNAUTHORIZED).inc()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -134,13 +135,7 @@ class LocalCluster:
             [REDIS, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.workdir)],
         )  # fmt: skip
-        env = {
-            **os.environ,
-            "VOXPIPE_STORE__BACKEND": "redis",
-            "VOXPIPE_STORE__REDIS_URL": self.redis_url,
-            "VOXPIPE_SERVER__TURN_LOG_PATH": str(self.workdir / "turns.jsonl"),
-            **self.env,
-        }
+        env = self.worker_env()
         self._wait_redis()
         self._spawn(
             "workers",
@@ -161,6 +156,18 @@ class LocalCluster:
         )
         self._spawn("nginx", [NGINX, "-p", str(prefix), "-c", str(conf), "-e", "stderr"])
         return self
+
+    def worker_env(self) -> dict[str, str]:
+        """The workers' environment: the shared Redis store, and one token secret for all of
+        them (a token minted through one worker must open a call on another), unless given."""
+        return {
+            "VOXPIPE_AUTH__TOKEN_SECRET": secrets.token_urlsafe(32),
+            **os.environ,
+            "VOXPIPE_STORE__BACKEND": "redis",
+            "VOXPIPE_STORE__REDIS_URL": self.redis_url,
+            "VOXPIPE_SERVER__TURN_LOG_PATH": str(self.workdir / "turns.jsonl"),
+            **self.env,
+        }
 
     def _wait_redis(self, timeout_s: float = 10) -> None:
         import redis

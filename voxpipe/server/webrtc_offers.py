@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
+from voxpipe.server import ownership
 from voxpipe.server.auth import AuthError, Credentials
 from voxpipe.server.calls import Call, CallEnd, CloseCode
 from voxpipe.server.lifecycle import watch_call
@@ -70,16 +71,20 @@ class WebRTCOffers:
                 ErrorCode.NOT_READY, "models are still loading; retry when /readyz is 200"
             )
         try:
-            principal = state.auth.check(Credentials.of(request.headers, request.query_params, []))
+            principal = await state.auth.admit(
+                Credentials.of(request.headers, request.query_params, []), "webrtc"
+            )
         except AuthError as exc:
             return self._refuse(ErrorCode.UNAUTHORIZED, str(exc))
         body = await self._read_offer(request)
         if isinstance(body, Response):
             return body
-        if body.session_id is not None and state.calls.find_session(body.session_id):
-            return self._refuse(
-                ErrorCode.ALREADY_STARTED, f"session {body.session_id[:64]!r} is live", 409
-            )
+        wanted = body.session_id or principal.session_id
+        if wanted is not None:
+            taken = await ownership.check_new(state.calls, services.store, principal, wanted)
+            if taken is not None:
+                status = 403 if taken.code is ErrorCode.UNAUTHORIZED else 409
+                return self._refuse(taken.code, taken.message, status)
         call = Call("webrtc", services, state.calls, principal)
         refusal = state.calls.admit(call)
         if refusal is not None:

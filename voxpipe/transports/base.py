@@ -9,16 +9,23 @@ and it may close the call at any time by cancelling ``serve``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.server.calls import Call, CallEnd, CloseCode
 from voxpipe.transports.send_buffer import SendBuffer
 
-if TYPE_CHECKING:
-    from voxpipe.server.calls import Call
+log = logging.getLogger("voxpipe.transport")
+
+# The key of a received message whose text frame was not UTF-8 (its value says where);
+# set by voxpipe's uvicorn protocol (server/websocket_protocol.py) instead of failing.
+INVALID_TEXT = "voxpipe.invalid_utf8"
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455, 5.5: a control frame's payload is at most 125 bytes
 
 
 class Transport(Protocol):
@@ -66,3 +73,33 @@ def describe_error(error: ValidationError, what: str = "event") -> str:
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or what
     return f"{where}: {first['msg']}"
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to what a close frame can carry, on a character boundary."""
+    return text.encode()[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
+
+
+def invalid_text(message: Mapping[str, Any]) -> str | None:
+    """What was wrong with a received text frame that was not UTF-8; None for any other."""
+    detail = message.get(INVALID_TEXT)
+    return None if detail is None else str(detail)
+
+
+async def end_on_invalid_text(call: Call, detail: str) -> None:
+    """A text frame that is not UTF-8: the connection must fail (RFC 6455, 8.1). The server
+    sends the transport's own typed error (``invalid_utf8``) and closes with 1007, and the
+    line is logged here, once: the connection ends with it, so a flood cannot repeat it."""
+    log.warning(
+        "%s call %s: a text message is not UTF-8 (%s); closing 1007",
+        call.transport,
+        call.id,
+        detail,
+    )
+    await call.end(
+        CallEnd(
+            ErrorCode.INVALID_UTF8,
+            f"a text message must be UTF-8 ({detail}); send JSON as UTF-8 text",
+            CloseCode.INVALID_DATA,
+        )
+    )

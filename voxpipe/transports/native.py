@@ -20,7 +20,6 @@ import json
 import logging
 import struct
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -40,9 +39,15 @@ from voxpipe.conversation.events import (
     SessionUpdated,
 )
 from voxpipe.conversation.services import Services
-from voxpipe.conversation.session import Session
+from voxpipe.conversation.session import Session, continued_record, new_session_id, state_owner
+from voxpipe.server import ownership
 from voxpipe.server.calls import Call, CallEnd, CloseCode
-from voxpipe.transports.base import call_send_buffer, describe_error
+from voxpipe.transports.base import (
+    call_send_buffer,
+    describe_error,
+    end_on_invalid_text,
+    invalid_text,
+)
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.native")
@@ -231,7 +236,7 @@ class NativeConnection:
                 except TimeoutError:
                     await self.error(ErrorCode.START_TIMEOUT, "no session.start received in time")
                     await self.sink.flush(1.0)
-                    await self.ws.close(CloseCode.POLICY)
+                    await self.ws.close(CloseCode.POLICY, "start_timeout: no session.start in time")
                     return
                 if message["type"] == "websocket.disconnect":
                     hangup = message.get("code", 1000) not in DROPPED_CODES
@@ -242,8 +247,11 @@ class NativeConnection:
                     if await self._on_text(message["text"]) == "end":
                         await self.sink.flush(2.0)
                         with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-                            await self.ws.close(CloseCode.NORMAL)  # the caller may be gone
+                            await self.ws.close(CloseCode.NORMAL, "session.end")  # may be gone
                         return
+                elif (detail := invalid_text(message)) is not None:
+                    await end_on_invalid_text(self.call, detail)
+                    return
         except WebSocketDisconnect as exc:
             hangup = exc.code not in DROPPED_CODES
         finally:
@@ -289,7 +297,9 @@ class NativeConnection:
             return
         self.outbound.input_samples += len(data) // 2
         session.feed(data)
-        await session.keep_up()  # a client catching up after a reconnect sends in a burst
+        # A client sending faster than real time (catching up after a reconnect, or just
+        # fast) waits for the VAD: this loop stops reading and TCP slows the sender.
+        await session.keep_up()
 
     async def _on_text(self, text: str) -> str | None:
         if len(text.encode()) > self.cfg.server.max_message_bytes:
@@ -368,12 +378,13 @@ class NativeConnection:
         if start.resume is not None:
             await self._resume(start, start.resume, _Rates(in_rate, out_rate), turn)
             return
-        session_id = start.session_id or uuid.uuid4().hex
-        if self.call.registry.find_session(session_id):
-            await self.error(
-                ErrorCode.ALREADY_STARTED,
-                f"session {session_id[:64]!r} is live; send resume to take it over",
-            )
+        principal = self.call.principal
+        session_id = start.session_id or principal.session_id or new_session_id()
+        refusal = await ownership.check_new(
+            self.call.registry, self.services.store, principal, session_id
+        )
+        if refusal is not None:
+            await self.error(refusal.code, refusal.message)
             return
         self.outbound = Outbound(out_rate, self.cfg.limits.replay_buffer_ms)
         self.outbound.sink = self.sink
@@ -386,6 +397,7 @@ class NativeConnection:
             output_sample_rate=out_rate,
             turn_config=turn,
             system_prompt=start.instructions,
+            owner=principal.id,
         )
         self.call.attach(self.session)
         self.session.persist()  # restorable elsewhere from its first word
@@ -412,10 +424,21 @@ class NativeConnection:
         self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
     ) -> None:
         """Take over a session whose connection dropped (or is about to be replaced)."""
-        registry = self.call.registry
+        registry, principal = self.call.registry, self.call.principal
         session_id = start.session_id
         if session_id is None:
             await self.error(ErrorCode.INVALID_EVENT, "session.start: resume needs session_id")
+            return
+        owner = registry.owner_of(session_id)
+        if owner is not None and not ownership.may_resume(principal, owner, session_id):
+            log.warning(
+                "refused a resume of session %s by %s: it belongs to another principal",
+                session_id[:64],
+                principal.id,
+            )
+            self.services.metrics.errors.labels(ErrorCode.SESSION_NOT_FOUND).inc()
+            refusal = ownership.not_found(session_id)
+            await self.error(refusal.code, refusal.message)
             return
         live = registry.find_attached(session_id)
         if live is not None and live is not self.call:
@@ -429,11 +452,8 @@ class NativeConnection:
         entry = registry.reattach(session_id)
         if entry is None or not isinstance(entry.state, Outbound):
             if not await self._restore(start, since, rates, turn):
-                await self.error(
-                    ErrorCode.RESUME_FAILED,
-                    f"no session {session_id[:64]!r} to resume (ended, expired, or on another "
-                    "server without a shared store); start a new one",
-                )
+                refusal = ownership.not_found(session_id)
+                await self.error(refusal.code, refusal.message)
             return
         session, outbound = entry.session, entry.state
         if await self._moved_on(session):
@@ -468,7 +488,7 @@ class NativeConnection:
         if store is None or not store.shared:
             return False
         state = await store.load_state(session.id)
-        return state is not None and int(state.get("epoch", 0)) > session.epoch
+        return state is not None and int(state.get("epoch", 0)) > session.record.epoch
 
     async def _restore(
         self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
@@ -482,6 +502,14 @@ class NativeConnection:
         state = await store.load_state(session_id) if store is not None else None
         if state is None:
             metrics.restores.labels("not_found").inc()
+            return False
+        if not ownership.may_resume(self.call.principal, state_owner(state), session_id):
+            log.warning(
+                "refused a restore of session %s by %s: it belongs to another principal",
+                session_id[:64],
+                self.call.principal.id,
+            )
+            metrics.restores.labels("not_owner").inc()
             return False
         if self.call.registry.find_session(session_id):  # restored meanwhile by a twin
             return False
@@ -498,6 +526,8 @@ class NativeConnection:
             output_sample_rate=rates.output,
             turn_config=turn,
             system_prompt=start.instructions,
+            owner=self.call.principal.id,
+            record=continued_record(state, session_id),
         )
         outbound.input_samples = session.restore(state, audio_seq=since.last_audio_seq)
         outbound.last_audio_seq = since.last_audio_seq

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.conversation.events import (
+    AudioDropped,
     AudioOut,
     ErrorCode,
     ErrorEvent,
@@ -41,7 +42,7 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.session import Session
 from voxpipe.server.calls import Call
-from voxpipe.transports.base import call_send_buffer
+from voxpipe.transports.base import call_send_buffer, end_on_invalid_text, invalid_text
 from voxpipe.transports.realtime_audio import (
     SESSION_RATE,
     BadAudio,
@@ -77,8 +78,14 @@ log = logging.getLogger("voxpipe.realtime")
 SUBPROTOCOL = "realtime"
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 MAX_ITEMS = 256  # items a connection remembers for retrieve, delete, truncate
+INPUT_AUDIO_DROPPED = "input_audio_dropped"  # voxpipe's audio_dropped, in the Realtime's words
 # Refusals that are the client's doing; the rest are the server's.
-_CLIENT_CODES = {ErrorCode.UNAUTHORIZED, ErrorCode.IDLE_TIMEOUT, ErrorCode.MAX_DURATION}
+_CLIENT_CODES = {
+    ErrorCode.UNAUTHORIZED,
+    ErrorCode.IDLE_TIMEOUT,
+    ErrorCode.MAX_DURATION,
+    ErrorCode.INVALID_UTF8,
+}
 
 
 def _asks_beta(ws: WebSocket) -> bool:
@@ -147,6 +154,7 @@ class RealtimeConnection:
             output_sample_rate=SESSION_RATE,
             turn_config=vad.turn_config(self.cfg.turn),
             system_prompt=self.settings.instructions,
+            owner=call.principal.id,
         )
         self._speech_item: str | None = None  # promised in speech_started, made at commit
         self._user_items: dict[int, Item] = {}  # turn -> user item awaiting its transcript
@@ -203,6 +211,9 @@ class RealtimeConnection:
                             "base64 in input_audio_buffer.append",
                         )
                     )
+                elif (detail := invalid_text(message)) is not None:
+                    await end_on_invalid_text(self.call, detail)
+                    return
         except WebSocketDisconnect:
             return
         finally:
@@ -305,7 +316,11 @@ class RealtimeConnection:
         if not pcm:
             return
         if self.session.server_vad:
-            self.session.feed(pcm)  # never waits for the VAD
+            self.session.feed(pcm)
+            # Backpressure: a client appending faster than real time waits (this loop stops
+            # reading, so TCP slows it) while the VAD catches up; what is dropped even so is
+            # told to it (input_audio_dropped).
+            await self.session.keep_up()
         else:
             await self.session.push_audio(pcm)  # no VAD: only a resample, and nothing lost
 
@@ -495,9 +510,19 @@ class RealtimeConnection:
             self._emit(kind, **self._part_of(response), delta=event.delta)
         elif isinstance(event, ResponseDone):
             self._done(event)
+        elif isinstance(event, AudioDropped):
+            self._audio_dropped(event)
         elif isinstance(event, ErrorEvent):
             self._error(RealtimeError(event.code, event.message, kind="server_error"))
         # playback.clear, turn.metrics and the rest have no Realtime counterpart
+
+    def _audio_dropped(self, event: AudioDropped) -> None:
+        """voxpipe's ``audio_dropped`` in the Realtime shape: an ``error`` whose code says
+        what happened (``input_audio_dropped``), with the amounts as extra fields."""
+        self.services.metrics.errors.labels(INPUT_AUDIO_DROPPED).inc()
+        body = error_event(INPUT_AUDIO_DROPPED, event.message, kind="server_error")
+        body["error"].update(dropped_ms=event.dropped_ms, total_dropped_ms=event.total_dropped_ms)
+        self.sink.put(json.dumps(body, separators=(",", ":")), 0.0)
 
     async def _on_audio(self, frame: AudioOut) -> None:
         response = self._output(frame.turn_id)

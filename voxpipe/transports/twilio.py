@@ -27,16 +27,30 @@ import logging
 import re
 import time
 from collections import deque
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
+from voxpipe.conversation.events import (
+    AudioDropped,
+    AudioOut,
+    ErrorCode,
+    ErrorEvent,
+    Event,
+    PlaybackClear,
+)
 from voxpipe.conversation.session import Session
+from voxpipe.server import ownership
 from voxpipe.server.calls import Call, CloseCode
-from voxpipe.transports.base import call_send_buffer, describe_error
+from voxpipe.transports.base import (
+    call_send_buffer,
+    close_reason,
+    describe_error,
+    end_on_invalid_text,
+    invalid_text,
+)
 
 log = logging.getLogger("voxpipe.twilio")
 
@@ -48,9 +62,22 @@ LOGGED_BAD_MESSAGES = 10  # per call; later ones are only counted
 MAX_INSTRUCTIONS = 8000
 
 _DIGITS = r"^[0-9]{1,20}$"
-_STREAM_SID = r"^MZ[0-9a-fA-F]{32}$"
-_CALL_SID = r"^CA[0-9a-fA-F]{32}$"
-_ACCOUNT_SID = r"^AC[0-9a-fA-F]{32}$"
+MAX_ID_CHARS = 128  # a stream id becomes the session id, which is bounded the same way
+# Twilio's ids are a two-letter prefix and 32 hex digits; compatible providers send other
+# shapes (SignalWire: UUIDs), so any bounded, printable id is taken, and its shape logged.
+_TWILIO_SID = re.compile(r"^(MZ|CA|AC)[0-9a-fA-F]{32}$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+
+def _stream_id(value: str) -> str:
+    if not 0 < len(value) <= MAX_ID_CHARS:
+        raise ValueError(f"an id is 1 to {MAX_ID_CHARS} characters; got {len(value)}")
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise ValueError("an id is printable characters without spaces")
+    return value
+
+
+StreamId = Annotated[str, AfterValidator(_stream_id)]
 
 
 class _Message(BaseModel):
@@ -72,17 +99,27 @@ class MediaFormat(_Message):
 
 
 class StartInfo(_Message):
-    streamSid: str = Field(pattern=_STREAM_SID)
-    accountSid: str = Field(pattern=_ACCOUNT_SID)
-    callSid: str = Field(pattern=_CALL_SID)
+    streamSid: StreamId
+    accountSid: StreamId
+    callSid: StreamId
     tracks: list[Literal["inbound", "outbound"]] = Field(min_length=1, max_length=2)
     customParameters: dict[str, str] = Field(default_factory=dict)
     mediaFormat: MediaFormat
 
+    @property
+    def id_format(self) -> str:
+        """Whose ids these look like, for the log: which provider is calling shows there."""
+        ids = (self.streamSid, self.callSid, self.accountSid)
+        if all(_TWILIO_SID.match(i) for i in ids):
+            return "Twilio SIDs"
+        if all(_UUID.match(i) for i in ids):
+            return "SignalWire-style ids (UUIDs)"
+        return "ids of another format"
+
 
 class _StreamMessage(_Message):
     sequenceNumber: str = Field(pattern=_DIGITS)
-    streamSid: str = Field(pattern=_STREAM_SID)
+    streamSid: StreamId
 
 
 class Start(_StreamMessage):
@@ -122,8 +159,8 @@ class Dtmf(_StreamMessage):
 
 
 class StopInfo(_Message):
-    accountSid: str = Field(pattern=_ACCOUNT_SID)
-    callSid: str = Field(pattern=_CALL_SID)
+    accountSid: StreamId
+    callSid: StreamId
 
 
 class Stop(_StreamMessage):
@@ -163,6 +200,7 @@ class TwilioConnection:
         self.stream_sid = ""
         self.call_sid = ""
         self.bad_messages = 0
+        self.problem = ""  # the last bad message: a refusal's close reason
         self._unplayed: deque[int] = deque(maxlen=PENDING_MARKS)  # marks sent, not echoed
         self._cleared: deque[int] = deque(maxlen=PENDING_MARKS)  # marks a clear dropped
         self.sink = call_send_buffer(ws, call, "Twilio", text_only=True)
@@ -183,6 +221,9 @@ class TwilioConnection:
                     return
                 if message["type"] == "websocket.disconnect":
                     return
+                if (detail := invalid_text(message)) is not None:
+                    await end_on_invalid_text(self.call, detail)
+                    return
                 text = message.get("text")
                 if text is None:
                     self._bad(ErrorCode.INVALID_EVENT, "a binary message: Twilio sends JSON text")
@@ -191,6 +232,10 @@ class TwilioConnection:
                 if close is not None:
                     await self._close(close)
                     return
+                if self.session is not None:
+                    # Media in a burst (after a network stall) waits for the VAD: this loop
+                    # stops reading and TCP holds the rest back, within limits.inbound_wait_ms.
+                    await self.session.keep_up()
         except WebSocketDisconnect:
             pass
         finally:
@@ -199,9 +244,11 @@ class TwilioConnection:
             await self._hang_up()
 
     async def _close(self, code: CloseCode) -> None:
+        """Close with ``code`` and a reason: the problem that ended the call, for a refusal."""
+        reason = "stop: the stream ended" if code is CloseCode.NORMAL else self.problem
         await self.sink.flush(1.0)
         with contextlib.suppress(Exception):  # Twilio may have closed first (after stop)
-            await self.ws.close(int(code))
+            await self.ws.close(int(code), close_reason(reason))
 
     async def _hang_up(self) -> None:
         session, self.session = self.session, None
@@ -220,6 +267,7 @@ class TwilioConnection:
         """A message we cannot use: Twilio cannot be told, so log (bounded) and count."""
         self.services.metrics.errors.labels(code).inc()
         self.bad_messages += 1
+        self.problem = f"{code.value}: {message}"
         if self.bad_messages <= LOGGED_BAD_MESSAGES:
             log.warning("twilio call %s: %s: %s", self.call.id, code.value, message)
         if self.bad_messages == LOGGED_BAD_MESSAGES:
@@ -296,8 +344,9 @@ class TwilioConnection:
         if instructions is not None and not 0 < len(instructions) <= MAX_INSTRUCTIONS:
             self._bad(ErrorCode.INVALID_EVENT, f"start: instructions over {MAX_INSTRUCTIONS} chars")
             instructions = None
-        if self.call.registry.find_session(info.streamSid):
-            self._bad(ErrorCode.ALREADY_STARTED, f"stream {info.streamSid} is already connected")
+        refusal = ownership.check_new_here(self.call.registry, self.call.principal, info.streamSid)
+        if refusal is not None:
+            self._bad(refusal.code, refusal.message)
             return CloseCode.POLICY
         self.stream_sid, self.call_sid = info.streamSid, info.callSid
         self.session = Session(
@@ -308,12 +357,14 @@ class TwilioConnection:
             input_sample_rate=SAMPLE_RATE,
             output_sample_rate=SAMPLE_RATE,
             system_prompt=instructions,
+            owner=self.call.principal.id,
         )
         self.call.attach(self.session)
         log.info(
-            "twilio stream %s started: call %s, tracks %s, parameters %s",
+            "twilio stream %s started: call %s, %s, tracks %s, parameters %s",
             info.streamSid,
             info.callSid,
+            info.id_format,
             ",".join(info.tracks),
             sorted(info.customParameters)[:16],  # names only: values may be private
         )
@@ -362,6 +413,9 @@ class TwilioConnection:
     async def send_event(self, event: Event) -> None:
         if isinstance(event, PlaybackClear):
             self._clear()
+        elif isinstance(event, AudioDropped):
+            # Twilio has no error message: counted here, logged once per episode by the session.
+            self.services.metrics.errors.labels(event.code).inc()
         elif isinstance(event, ErrorEvent):
             self.services.metrics.errors.labels(event.code).inc()
             log.warning("twilio stream %s: %s: %s", self.stream_sid, event.code, event.message)

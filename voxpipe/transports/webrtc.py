@@ -19,8 +19,8 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Literal
 
 from aiortc import (
@@ -31,6 +31,7 @@ from aiortc import (
     RTCRtpSender,
     RTCSessionDescription,
 )
+from aiortc.rtcsctptransport import WEBRTC_STRING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voxpipe.conversation.events import (
@@ -43,7 +44,7 @@ from voxpipe.conversation.events import (
     SessionStarted,
     SessionUpdated,
 )
-from voxpipe.conversation.session import Session
+from voxpipe.conversation.session import Session, new_session_id
 from voxpipe.server.calls import Call, CallEnd
 from voxpipe.transports.base import describe_error
 from voxpipe.transports.native import (
@@ -89,6 +90,28 @@ def event_text(event: Event) -> str:
     return json.dumps(event.to_dict(), separators=(",", ":"))
 
 
+def _check_text(channel: RTCDataChannel, on_invalid: Callable[[str], None]) -> None:
+    """Check a text message is UTF-8 before aiortc decodes it. aiortc decodes inside its DTLS
+    receive loop, where the error ends the loop: a traceback in the log and the whole peer
+    connection gone. The check wraps the receive of this call's SCTP association only."""
+    sctp = channel.transport
+    receive = getattr(sctp, "_data_channel_receive", None)
+    if receive is None or getattr(receive, "checks_text", False):
+        return
+
+    async def checked(stream_id: int, pp_id: int, data: bytes) -> None:
+        if pp_id == WEBRTC_STRING and not data.isascii():
+            try:
+                data.decode()
+            except UnicodeDecodeError as exc:
+                on_invalid(f"{exc.reason} at byte {exc.start} of {len(data)}")
+                return
+        await receive(stream_id, pp_id, data)
+
+    checked.checks_text = True  # type: ignore[attr-defined]
+    sctp._data_channel_receive = checked  # type: ignore[method-assign]
+
+
 class WebRTCConnection:
     """One call over one peer connection: answer the offer, then translate until hang-up.
 
@@ -111,9 +134,10 @@ class WebRTCConnection:
         self._connected = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._cleanup: asyncio.Future[None] | None = None
+        self._invalid_text_logged = False
         self.track = ReplyTrack(self.cfg.audio.playback_lead_ms + 1000, self._played, self._dropped)
         self.session = Session(
-            offer.session_id or uuid.uuid4().hex,
+            offer.session_id or call.principal.session_id or new_session_id(),
             self.services,
             self.send_event,
             self.send_audio,
@@ -121,6 +145,7 @@ class WebRTCConnection:
             output_sample_rate=RATE,
             turn_config=turn,
             system_prompt=offer.instructions,
+            owner=call.principal.id,
         )
         call.attach(self.session)
 
@@ -150,6 +175,10 @@ class WebRTCConnection:
         return pc.localDescription.sdp
 
     def _on_track(self, track: MediaStreamTrack) -> None:
+        # No backpressure here: RTP comes at the sender's real-time clock and cannot be
+        # slowed, and not reading would only queue it in aiortc, unbounded. Audio the VAD
+        # cannot keep up with is dropped by the session's bound, counted, logged and told
+        # on the data channel (audio_dropped).
         if track.kind == "audio":
             self._spawn(read_caller_audio(track, self.session.feed), "inbound")
 
@@ -158,6 +187,7 @@ class WebRTCConnection:
             channel.close()  # one events channel per call
             return
         self.channel = channel
+        _check_text(channel, self._on_invalid_text)
         channel.on("message", self._on_message)
         if channel.readyState == "open":
             self._flush_pending()
@@ -226,7 +256,7 @@ class WebRTCConnection:
         self.session.playback_ack(seq)
 
     def _dropped(self, seconds: float) -> None:
-        self.services.metrics.audio_dropped.labels("outbound", "drop_oldest").inc(seconds)
+        self.services.metrics.audio_dropped.labels("outbound", "drop_oldest", "webrtc").inc(seconds)
 
     def _slow_consumer(self) -> None:
         self.call.slow_consumer(
@@ -251,6 +281,22 @@ class WebRTCConnection:
                     )
                 )
             )
+
+    def _on_invalid_text(self, detail: str) -> None:
+        """A data channel text message that is not UTF-8: dropped with a typed error, as any
+        malformed event is (a data channel has no close code for it); logged once per call."""
+        if not self._invalid_text_logged:
+            self._invalid_text_logged = True
+            log.warning("webrtc call %s: a text message is not UTF-8 (%s)", self.call.id, detail)
+        self.services.metrics.errors.labels(ErrorCode.INVALID_UTF8).inc()
+        self._send_text(
+            event_text(
+                ErrorEvent.of(
+                    ErrorCode.INVALID_UTF8,
+                    f"a text message must be UTF-8 ({detail}); this one was dropped",
+                )
+            )
+        )
 
     async def _read_events(self) -> None:
         while True:

@@ -1,12 +1,14 @@
 // The page's wiring: a Start button opens one call (audio context, native connection,
 // microphone, player) and routes each server event to the view that shows it. Each job
-// lives in its own module, so another transport can replace protocol.js's VoiceConnection
-// (same open / sendAudio / ack / close surface) without touching the rest.
+// lives in its own module, so another transport can replace resume.js's ResumingConnection
+// (same open / sendAudio / ack / close surface as protocol.js's VoiceConnection) without
+// touching the rest. The connection survives a dropped line (resume.js) and says, in plain
+// words, what happens to the call; the page only shows it.
 
 import { openAudio } from "./audio.js";
 import { startMic } from "./mic.js";
 import { Player } from "./player.js";
-import { VoiceConnection, voiceUrl } from "./protocol.js";
+import { ResumingConnection, whyNotStarted } from "./resume.js";
 import { TranscriptView } from "./transcript.js";
 import { Waterfall } from "./waterfall.js";
 
@@ -15,6 +17,7 @@ const ui = {
   button: $("start"),
   status: $("status"),
   listening: $("listening"),
+  notice: $("notice"),
   transcript: new TranscriptView($("transcript")),
   waterfall: new Waterfall($("charts"), $("v2v")),
   counters: $("counters"),
@@ -23,6 +26,13 @@ const ui = {
 function setStatus(text, state) {
   ui.status.textContent = text;
   ui.status.dataset.state = state;
+}
+
+/** The last typed error the server sent: most pass (a failed turn), the call goes on. */
+function setNotice(text, code) {
+  ui.notice.textContent = text;
+  ui.notice.dataset.code = code;
+  ui.notice.hidden = !text;
 }
 
 class Call {
@@ -37,19 +47,37 @@ class Call {
 
   async start() {
     setStatus("connecting…", "connecting");
-    this.context = await openAudio();
-    const rate = this.context.sampleRate;
-    this.connection = new VoiceConnection(voiceUrl(location.href), {
+    setNotice("", "");
+    const context = await openAudio();
+    this.context = context;
+    if (this.ended) {
+      context.close(); // hung up while audio started: teardown came before it
+      return;
+    }
+    const rate = context.sampleRate;
+    this.connection = new ResumingConnection(location.href, {
       onEvent: (event) => this.onEvent(event),
       onAudio: (frame) => this.player.push(frame),
-      onClose: (code, reason) => this.onClose(code, reason),
+      onState: (state, text) => this.onState(state, text),
     });
     this.player = new Player(this.context, (seq) => this.connection.ack(seq));
-    const started = await this.connection.open({ input_sample_rate: rate, output_sample_rate: rate });
+    await this.connection.open({ input_sample_rate: rate, output_sample_rate: rate });
+    if (this.ended) return; // hung up while it connected
     // The microphone opens only now: not a sample of speech is spoken before the session.
-    this.mic = await startMic(this.context, (frame) => this.connection.sendAudio(frame));
-    setStatus(`live · ${started.session_id.slice(0, 8)} · ${rate} Hz`, "live");
+    const mic = await startMic(this.context, (frame) => this.connection.sendAudio(frame));
+    this.mic = mic;
+    if (this.ended) {
+      mic.stop();
+      return;
+    }
     this.timer = setInterval(() => this.showCounters(), 250);
+  }
+
+  /** The connection's state, in its own plain words; a call that is over lets go of all. */
+  onState(state, text) {
+    setStatus(text, state);
+    if (state === "reconnecting") ui.listening.hidden = true;
+    if (state === "ended" || state === "error") this.teardown();
   }
 
   onEvent(event) {
@@ -76,7 +104,7 @@ class Call {
         ui.waterfall.add(event);
         break;
       case "error":
-        setStatus(`error ${event.code}: ${event.message}`, "error");
+        setNotice(event.message, event.code);
         break;
     }
   }
@@ -89,12 +117,8 @@ class Call {
     ui.counters.textContent =
       `sent ${counts.framesSent} frames · received ${counts.framesReceived} · ` +
       `played ${counts.played} · acks ${counts.acksSent} · buffered ${Math.round(counts.queuedMs)} ms · ` +
-      `underruns ${counts.underruns}`;
-  }
-
-  onClose(code, reason) {
-    if (ui.status.dataset.state !== "error") setStatus(`ended (${code}) ${reason}`, "ended");
-    this.teardown();
+      `underruns ${counts.underruns}` +
+      (counts.reconnects ? ` · reconnects ${counts.reconnects} · resent ${counts.resentFrames}` : "");
   }
 
   stop() {
@@ -124,12 +148,15 @@ ui.button.addEventListener("click", async () => {
     call.stop();
     return;
   }
-  call = new Call();
+  const starting = (call = new Call());
   ui.button.textContent = "Hang up";
   try {
-    await call.start();
+    await starting.start();
   } catch (error) {
-    setStatus(`could not start: ${error.message}`, "error");
-    call?.teardown();
+    if (starting.ended) return; // hung up while it started: nothing to explain
+    // Asked before letting go, so the button does not offer Start while the answer is out.
+    const why = await whyNotStarted(error, location.href);
+    starting.teardown();
+    setStatus(why, "error");
   }
 });

@@ -41,6 +41,19 @@ def test_the_cluster_keeps_affinity_unless_told_otherwise(tmp_path: Path) -> Non
     assert LocalCluster(tmp_path).balance == "session"
 
 
+def test_the_cluster_gives_its_workers_one_token_secret_unless_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VOXPIPE_AUTH__TOKEN_SECRET", raising=False)
+    cluster = LocalCluster(tmp_path)
+    secret = cluster.worker_env()["VOXPIPE_AUTH__TOKEN_SECRET"]
+    assert len(secret) >= 32  # what auth.token_secret requires
+    given = LocalCluster(tmp_path, env={"VOXPIPE_AUTH__TOKEN_SECRET": "mine" * 8})
+    assert given.worker_env()["VOXPIPE_AUTH__TOKEN_SECRET"] == "mine" * 8
+    monkeypatch.setenv("VOXPIPE_AUTH__TOKEN_SECRET", "env" * 11)
+    assert cluster.worker_env()["VOXPIPE_AUTH__TOKEN_SECRET"] == "env" * 11
+
+
 def metrics(ttft: float, prefill: int, rebuild_ms: int | None = None) -> dict[str, Any]:
     counts = {"restores": 1, "context_rebuild_ms": rebuild_ms} if rebuild_ms else {}
     return {

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
@@ -47,6 +49,7 @@ class FakeSocket:
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.sent: list[dict[str, Any]] = []
         self.close_code: int | None = None
+        self.close_reason: str | None = None
 
     async def receive(self) -> dict[str, Any]:
         return await self.inbox.get()
@@ -54,8 +57,8 @@ class FakeSocket:
     async def send_text(self, text: str) -> None:
         self.sent.append(json.loads(text))
 
-    async def close(self, code: int = 1000) -> None:
-        self.close_code = code
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        self.close_code, self.close_reason = code, reason
 
     def text(self, message: dict[str, Any] | str) -> None:
         text = message if isinstance(message, str) else json.dumps(message)
@@ -81,10 +84,11 @@ class Line:
         self.conn = TwilioConnection(cast(WebSocket, self.ws), self.call)
         self.task = asyncio.create_task(self.conn.run())
         self.sequence = 0
+        self.sid, self.call_sid, self.account = SID, CALL, ACCOUNT  # the provider's ids
 
     def send(self, event: str, body: dict[str, Any] | None = None, **fields: Any) -> None:
         self.sequence += 1
-        message = {"event": event, "sequenceNumber": str(self.sequence), "streamSid": SID}
+        message = {"event": event, "sequenceNumber": str(self.sequence), "streamSid": self.sid}
         self.ws.text({**message, **(body or {}), **fields})
 
     def start(self, **parameters: str) -> None:
@@ -93,9 +97,9 @@ class Line:
             "start",
             {
                 "start": {
-                    "streamSid": SID,
-                    "accountSid": ACCOUNT,
-                    "callSid": CALL,
+                    "streamSid": self.sid,
+                    "accountSid": self.account,
+                    "callSid": self.call_sid,
                     "tracks": ["inbound"],
                     "customParameters": parameters,
                     "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
@@ -284,7 +288,11 @@ async def test_custom_parameter_instructions_become_the_system_prompt(line: Line
     [
         {"mediaFormat": {"encoding": "audio/l16", "sampleRate": 8000, "channels": 1}},
         {"mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 16000, "channels": 1}},
-        {"streamSid": "not-a-sid"},
+        {"streamSid": "not-a-sid"},  # not the stream's own
+        {"callSid": ""},
+        {"callSid": "x" * 129},
+        {"accountSid": "AC with spaces"},
+        {"accountSid": "AC\u0000"},
         {"tracks": []},
         {"tracks": ["outbound"]},
     ],
@@ -304,6 +312,8 @@ async def test_an_unusable_start_ends_the_call(change: dict[str, Any]) -> None:
         await asyncio.wait_for(line.task, 5)
         assert line.ws.close_code == 1008 and line.conn.session is None
         assert line.errors("invalid_event") == 1
+        reason = line.ws.close_reason or ""
+        assert reason.startswith("invalid_event: start") and len(reason.encode()) <= 123, reason
     finally:
         await line.close()
 
@@ -314,5 +324,38 @@ async def test_no_start_in_time_ends_the_call() -> None:
         line.ws.text({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         await asyncio.wait_for(line.task, 5)
         assert line.ws.close_code == 1008 and line.errors("start_timeout") == 1
+        assert line.ws.close_reason == "start_timeout: no start message received in time"
+    finally:
+        await line.close()
+
+
+@pytest.mark.parametrize(
+    ("ids", "logged"),
+    [
+        ((SID, CALL, ACCOUNT), "Twilio SIDs"),
+        (tuple(str(uuid.uuid4()) for _ in range(3)), "SignalWire-style ids (UUIDs)"),
+        (("stream-7", "call/42", "acct:1"), "ids of another format"),
+    ],
+)
+async def test_a_compatible_provider_s_ids_are_taken_and_their_format_logged(
+    ids: tuple[str, str, str], logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SignalWire (and other Twilio-compatible providers) send their own id formats."""
+    caplog.set_level(logging.INFO, logger="voxpipe.twilio")
+    line = Line()
+    line.sid, line.call_sid, line.account = ids
+    try:
+        line.start()
+        await line.until(lambda: line.conn.session is not None)
+        assert line.conn.session is not None and line.conn.session.id == ids[0]
+        await line.speak()
+        await line.until(lambda: len(line.ws.of("media")) >= 5)
+        assert {m["streamSid"] for m in line.ws.of("media")} == {ids[0]}
+        assert line.conn.bad_messages == 0 and line.ws.close_code is None
+        started = [r.getMessage() for r in caplog.records if "started" in r.getMessage()]
+        assert len(started) == 1 and logged in started[0], started
+        line.send("stop", {"stop": {"accountSid": ids[2], "callSid": ids[1]}})
+        await asyncio.wait_for(line.task, 5)
+        assert line.ws.close_code == 1000 and line.conn.bad_messages == 0
     finally:
         await line.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
+from aiortc.rtcsctptransport import WEBRTC_STRING
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.pcm import pcm16_to_float
@@ -140,6 +142,29 @@ async def test_closing_the_peer_connection_releases_the_call() -> None:
         await app.wait_calls(0)
         metrics = (await app.http.get("/metrics")).text
         assert 'voxpipe_calls{state="connected"} 0.0' in metrics
+
+
+async def test_text_that_is_not_utf8_gets_a_typed_error_and_the_call_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiortc would fail decoding it inside its DTLS loop and drop the peer connection."""
+    caplog.set_level(logging.WARNING)
+    async with serve() as app, WebRTCClient(app.url) as client:
+        await client.connect(TIMEOUT_S)
+        sctp = client.channel.transport
+        for data in (b"\xff\xfe", b'{"type": "ping"}\xc3'):  # sent as text, not as binary
+            sctp._data_channel_queue.append((client.channel, WEBRTC_STRING, data))
+        await sctp._data_channel_flush()
+        client.send({"type": "ping"})
+        await client.wait_for(lambda: client.event("pong"), TIMEOUT_S)
+        errors = [e for e in client.events if e["type"] == "error"]
+        assert [e["code"] for e in errors] == ["invalid_utf8", "invalid_utf8"], errors
+        assert client.state == "connected" and await app.calls() == 1
+        metrics = (await app.http.get("/metrics")).text
+        assert 'voxpipe_errors_total{code="invalid_utf8"} 2.0' in metrics
+    warnings = [r for r in caplog.records if "not UTF-8" in r.getMessage()]
+    assert len(warnings) == 1, "logged once per call"
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
 
 
 async def test_shutdown_closes_live_peer_connections() -> None:

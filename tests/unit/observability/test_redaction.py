@@ -1,0 +1,126 @@
+"""The log redaction: credentials out, the rest of the line kept, uvicorn's formatters intact."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+from uvicorn.logging import AccessFormatter
+
+from voxpipe.observability.redaction import REDACTED, Redactor, RedactSecrets, install
+
+KEY = "k1-0123456789abcdef"
+TOKEN = "vxt1.eyJzdWIiOiJrZXk6MCIsImV4cCI6MTcwMDAwMDAwMH0.c2lnbmF0dXJl-_="
+
+
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [
+        (f'127.0.0.1:5 - "WebSocket /v1/voice?api_key={KEY}&session_id=call-7" [accepted]',
+         '"WebSocket /v1/voice?api_key=[redacted]&session_id=call-7" [accepted]'),
+        (f'"GET /?token={TOKEN} HTTP/1.1" 200', '"GET /?token=[redacted] HTTP/1.1" 200'),
+        (f"/v1/realtime?model=gpt&access_token={KEY}", "?model=gpt&access_token=[redacted]"),
+        (f"/x?auth={KEY};password={KEY}&X-Amz-Signature=ab12", "?auth=[redacted];password="),
+        (f"/x?client_secret={KEY}&key={KEY}", "?client_secret=[redacted]&key=[redacted]"),
+        (f"< Authorization: Bearer {KEY}", "< Authorization: Bearer [redacted]"),
+        (f"< sec-websocket-protocol: realtime, openai-insecure-api-key.{KEY}, x",
+         "realtime, openai-insecure-api-key.[redacted], x"),
+        (f"a token {TOKEN} in a sentence", "a token vxt1.[redacted] in a sentence"),
+        (f'{{"api_key": "{KEY}", "session_id": "s1"}}',
+         '{"api_key": "[redacted]", "session_id": "s1"}'),
+        (f"{{'token': '{TOKEN}'}}", "{'token': '[redacted]'}"),
+        ("remote key sk-abcdefghijklmnop1234", "remote key sk-[redacted]"),
+    ],
+)  # fmt: skip
+def test_credentials_are_redacted_and_the_rest_is_kept(line: str, kept: str) -> None:
+    redact = Redactor()
+    out = redact(line)
+    assert KEY not in out and TOKEN.split(".", 1)[1] not in out, out
+    assert kept in out, out
+    assert redact(out) == out, "redacting twice changes nothing"
+
+
+def test_configured_secrets_are_redacted_wherever_they_appear() -> None:
+    redact = Redactor([KEY, "short"])
+    assert redact(f"the key {KEY}, again:{KEY}") == f"the key {REDACTED}, again:{REDACTED}"
+    assert redact("short words stay") == "short words stay", "too short to match safely"
+
+
+def test_ordinary_lines_are_untouched() -> None:
+    redact = Redactor()
+    for line in [
+        '127.0.0.1:5 - "GET /readyz HTTP/1.1" 200',
+        "session abc detached; waiting 30 s for a reconnect",
+        "twilio stream MZ1 started: call CA1, Twilio SIDs, tracks inbound",
+        "llm: prompt_tokens=118 max_tokens=96 signal=15",
+    ]:
+        assert redact(line) == line
+
+
+def record(msg: str, *args: object, name: str = "voxpipe.test") -> logging.LogRecord:
+    return logging.LogRecord(name, logging.INFO, __file__, 1, msg, args, None)
+
+
+def test_uvicorn_access_lines_keep_their_fields() -> None:
+    """uvicorn's access formatter unpacks record.args: redaction keeps the tuple."""
+    access = record('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", f"/?token={TOKEN}", "1.1", 200)
+    assert RedactSecrets().filter(access)
+    line = AccessFormatter("%(message)s", use_colors=False).format(access)
+    assert line == '127.0.0.1:5 - "GET /?token=[redacted] HTTP/1.1" 200'
+
+
+def test_messages_arguments_and_tracebacks_are_redacted() -> None:
+    try:
+        raise ValueError(f"refused /v1/voice?api_key={KEY}")
+    except ValueError:
+        failed = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "call with %s failed", (f"Bearer {KEY}",),
+            sys.exc_info(),
+        )  # fmt: skip
+    assert RedactSecrets().filter(failed)
+    text = logging.Formatter().format(failed)
+    assert KEY not in text and "Traceback" in text and "api_key=[redacted]" in text
+    assert failed.getMessage() == "call with Bearer [redacted] failed"
+
+
+@pytest.fixture
+def uvicorn_logging() -> Iterator[io.StringIO]:
+    """uvicorn's own logging config with its handlers writing to one buffer; undone after."""
+    import uvicorn
+
+    saved = {
+        name: (logger.handlers[:], logger.propagate, logger.level)
+        for name, logger in [(n, logging.getLogger(n)) for n in ("", "uvicorn", "uvicorn.access")]
+    }
+    uvicorn.Config(app=lambda *a: None, log_level="info")  # runs uvicorn's dictConfig
+    out = io.StringIO()
+    for name in ("uvicorn", "uvicorn.access"):
+        for handler in logging.getLogger(name).handlers:
+            assert isinstance(handler, logging.StreamHandler)
+            handler.setStream(out)
+    try:
+        yield out
+    finally:
+        for name, (handlers, propagate, level) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate, logger.level = handlers, propagate, level
+
+
+def test_install_covers_uvicorn_handlers(uvicorn_logging: io.StringIO) -> None:
+    install([KEY])
+    install([KEY])  # again, as `voxpipe serve` does after uvicorn's config: one filter each
+    for name in ("uvicorn", "uvicorn.access"):
+        for handler in logging.getLogger(name).handlers:
+            assert sum(isinstance(f, RedactSecrets) for f in handler.filters) == 1
+    logging.getLogger("uvicorn.error").info(
+        '%s - "WebSocket %s" [accepted]', "127.0.0.1:5", f"/v1/voice?api_key={KEY}"
+    )
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", f"/?token={TOKEN}", "1.1", 200
+    )
+    text = uvicorn_logging.getvalue()
+    assert KEY not in text and TOKEN not in text, text
+    assert "/v1/voice?api_key=[redacted]" in text and "/?token=[redacted]" in text, text
