@@ -206,6 +206,19 @@ class ChunkerConfig(BaseModel):
     min_first_chars: int = Field(
         8, ge=1, description="The first clause may end at a comma once it has this many chars."
     )
+    first_phrase_max_words: int = Field(
+        5,
+        ge=0,
+        description="The first chunk (what the caller waits for) ends after this many words "
+        "at most, so a long sentence with no comma is not spoken only once it is whole; "
+        "0 = the first chunk is a clause like the others.",
+    )
+    first_phrase_min_words: int = Field(
+        3,
+        ge=1,
+        description="The first chunk may end before a word that starts a phrase (and, with, "
+        "to, because, ...) once this many words precede it.",
+    )
     min_chars: int = Field(
         40, ge=1, description="Later clauses end at a comma only past this many chars."
     )

@@ -1,8 +1,11 @@
 """Cut the streaming reply text into clauses for TTS.
 
-The first clause is released at the first comma-like boundary once it is a
-few characters long, so the caller hears audio before the LLM has finished
-the sentence; later clauses prefer sentence ends, which sound better.
+The caller waits for the first chunk, so it is a *phrase*: released at the
+first comma-like boundary once it is a few characters long, or before a word
+that starts a new phrase (a conjunction or preposition) once a few words are
+complete, or after a few words at most. A long sentence with no comma then no
+longer holds the first audio back until it ends. Later chunks are clauses and
+prefer sentence ends, which sound better; by then the caller is listening.
 """
 
 from __future__ import annotations
@@ -14,6 +17,13 @@ from voxpipe.config import ChunkerConfig
 _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*(?=\s)")
 _CLAUSE_END = re.compile(r"[,;:—–]+(?=\s)")
 _MARKUP = re.compile(r"[*_`#>|~]+|\[(.*?)\]\(.*?\)")
+_WORD = re.compile(r"\S+(?=\s)")  # a complete word: the next token has begun
+# Words a spoken phrase naturally starts with: a pause before them sounds deliberate.
+PHRASE_STARTS = frozenset(
+    "and but or because although while when where which who whose that if unless "
+    "until after before since with without for from about at on in into to of by "
+    "between during through".split()
+)
 
 
 def clean_for_speech(text: str) -> str:
@@ -49,6 +59,8 @@ class ClauseChunker:
         ends = [m.end() for m in _SENTENCE_END.finditer(buf) if m.end() >= self.cfg.min_first_chars]
         ends += [m.end() for m in _CLAUSE_END.finditer(buf) if m.end() >= min_clause]
         ends = [e for e in ends if e <= limit]
+        if self._emitted == 0 and (phrase := self._first_phrase_end(buf)) is not None:
+            ends.append(phrase)
         cut = min(ends) if ends else None
         if cut is None and len(buf) > limit:
             space = buf.rfind(" ", 0, limit)
@@ -60,6 +72,21 @@ class ClauseChunker:
             return self._next_clause() if self._buffer else None
         self._emitted += 1
         return clause
+
+    def _first_phrase_end(self, buf: str) -> int | None:
+        """Where the first phrase may end: before a phrase-starting word once
+        ``first_phrase_min_words`` words precede it, or after ``first_phrase_max_words``
+        complete words; None while neither has happened (or the phrase rule is off)."""
+        most, least = self.cfg.first_phrase_max_words, self.cfg.first_phrase_min_words
+        if most <= 0:
+            return None
+        for i, word in enumerate(_WORD.finditer(buf)):
+            bare = word.group().strip("\"'()[],.;:!?…").lower()
+            if i >= least and bare in PHRASE_STARTS:
+                return len(buf[: word.start()].rstrip()) or None
+            if i + 1 >= most:
+                return word.end()
+        return None
 
 
 def _speakable(text: str) -> bool:

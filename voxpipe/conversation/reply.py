@@ -422,7 +422,7 @@ class Reply:
             resampler = StreamResampler(filler.rate, self.ctx.output_rate)
             audio = resampler.process(filler.audio, last=True)
             framer = _Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
-            pcm = [*framer.push(float_to_pcm16(audio)), *framer.flush()]
+            pcm = [*framer.push(float_to_pcm16(audio)), *framer.flush(pad=True)]
             self.tracker.add_clause("", sum(len(f) // 2 for f in pcm))
             self._filler_frames = len(pcm)
             for frame in pcm:
@@ -542,6 +542,11 @@ class _Framer:
             del self._buf[: self.size]
         return out
 
-    def flush(self) -> list[bytes]:
+    def flush(self, pad: bool = False) -> list[bytes]:
+        """What is left: a short frame, or with ``pad`` a whole one ending in silence (for
+        audio that more audio follows, such as the filler: only a reply's very last frame
+        may be short)."""
         rest, self._buf = bytes(self._buf), bytearray()
+        if rest and pad:
+            rest += bytes(self.size - len(rest))
         return [rest] if rest else []

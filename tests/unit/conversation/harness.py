@@ -13,6 +13,7 @@ from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.config import Config, TurnConfig
 from voxpipe.conversation.events import AudioOut, Event, ResponseDone
+from voxpipe.conversation.services import Filler
 from voxpipe.conversation.session import Runners, Services, Session
 from voxpipe.engines.base import Engines, VadEngine
 from voxpipe.engines.runner import EngineRunner
@@ -48,9 +49,14 @@ class Call:
         llm_config: dict[str, Any] | None = None,
         turn_config: TurnConfig | None = None,
         send_yields: bool = False,
+        filler: Filler | None = None,
+        deadlines: dict[str, Any] | None = None,
     ) -> None:
         self.config = Config.load(
-            audio={"playback_lead_ms": LEAD_MS}, turn=turn or {}, llm=llm_config or {}
+            audio={"playback_lead_ms": LEAD_MS},
+            turn=turn or {},
+            llm=llm_config or {},
+            deadlines=deadlines or {},
         )
         self.stt, self.llm, self.tts = stt or FakeStt(), llm or FakeLlm(), tts or FakeTts()
         self.metrics = Metrics()
@@ -63,6 +69,7 @@ class Call:
             runners,
             self.metrics,
             TurnLog(None),
+            filler=filler,
         )
         self.send_yields = send_yields
         self._send_lock = asyncio.Lock()

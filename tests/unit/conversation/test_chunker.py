@@ -135,3 +135,69 @@ def test_one_push_with_a_comma_or_long_run_before_the_sentence_end(text: str) ->
     one = stream([text])
     assert one == stream(tokens(text))
     assert all(len(c) <= CFG.max_chars for c in one)
+
+
+# -- the first phrase: what the caller waits for ---------------------------------------------
+
+
+def first_chunk(text: str, cfg: ChunkerConfig = CFG) -> tuple[str, int]:
+    """The first chunk, and how many tokens had arrived when it was released."""
+    chunker = ClauseChunker(cfg)
+    pieces = tokens(text)
+    for n, token in enumerate(pieces, 1):
+        if out := chunker.push(token):
+            return out[0], n
+    return chunker.flush()[0], len(pieces)
+
+
+def test_a_long_sentence_with_no_comma_starts_with_a_phrase() -> None:
+    text = "The restaurant opens every morning at nine and closes at ten in the evening."
+    chunk, arrived = first_chunk(text)
+    assert chunk == "The restaurant opens every morning"  # before "at": a natural break
+    assert arrived == 6  # released as " at" begins: no need to wait for the sentence end
+    assert stream(tokens(text)) == [
+        "The restaurant opens every morning",
+        "at nine and closes at ten in the evening.",
+    ]
+
+
+def test_a_phrase_ends_before_a_word_that_starts_a_new_one() -> None:
+    assert first_chunk("I can book a table for you tonight.")[0] == "I can book a table"
+    assert first_chunk("We would love to see you on Friday.")[0] == "We would love"
+    # ... but not before one of the first words: a chunk of one or two words sounds clipped.
+    assert first_chunk("And we have a table for four tonight.")[0] == "And we have a table"
+
+
+def test_without_a_break_the_first_phrase_ends_after_max_words() -> None:
+    chunk, arrived = first_chunk("Absolutely delightful evening specials tonight include risotto.")
+    assert chunk == "Absolutely delightful evening specials tonight"
+    assert len(chunk.split()) == CFG.first_phrase_max_words
+    assert arrived <= 6 + 1  # five words, and the space-led token that shows the fifth ended
+
+
+def test_a_short_answer_is_one_chunk_and_a_one_word_answer_is_kept() -> None:
+    assert stream(tokens("Yes.")) == ["Yes."]
+    assert stream(tokens("Yes, of course.")) == ["Yes, of course."]
+    assert stream(tokens("Sure thing, I can help.")) == ["Sure thing,", "I can help."]
+
+
+def test_only_the_first_chunk_is_a_phrase() -> None:
+    text = "Of course. The restaurant opens every morning at nine and closes at ten in the evening."
+    assert stream(tokens(text)) == [
+        "Of course.",
+        "The restaurant opens every morning at nine and closes at ten in the evening.",
+    ]
+
+
+def test_the_phrase_rule_can_be_turned_off() -> None:
+    cfg = ChunkerConfig(first_phrase_max_words=0)
+    text = "The restaurant opens every morning at nine and closes at ten in the evening."
+    assert stream(tokens(text), cfg) == [text]
+
+
+def test_phrases_do_not_depend_on_how_the_text_arrived() -> None:
+    text = "We have tables for two at seven and at nine tonight, and the patio is open."
+    by_token = stream(tokens(text))
+    by_char = stream(list(text))
+    assert by_token == by_char
+    assert " ".join(by_token).split() == text.split()

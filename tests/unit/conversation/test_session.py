@@ -32,6 +32,7 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
+from voxpipe.conversation.services import Filler
 from voxpipe.observability.timeline import STAGES
 
 
@@ -333,3 +334,28 @@ async def test_close_during_stt_waits_for_the_stt_job(make_call: Callable[..., C
         assert others_running() == []
     finally:
         gate.set()
+
+
+async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
+    make_call: Callable[..., Call],
+) -> None:
+    """A late first token gets the filler; its last frame is padded to a whole 20 ms frame,
+    so only the reply's very last frame may be short (a phone gateway plays whole frames)."""
+    odd = np.full(FRAME * 7 + 123, 0.2, np.float32)  # not a whole number of frames
+    filler = Filler("One moment.", odd, 16000)
+    call = make_call(
+        llm=FakeLlm(["Sure", ", here", " it is."], delay_s=0.15),
+        filler=filler,
+        deadlines={"llm_first_token_ms": 50},
+    )
+    await call.say()
+    await call.until(lambda: call.done(1))
+    frames = call.frames(1)
+    metrics = call.of(TurnMetrics, 1)[0]
+    assert "filler_sent" in metrics.metrics["stages_ms"], metrics.metrics
+    assert len(frames) > 8  # the filler's 8 frames, then the answer
+    assert all(len(f.pcm) == 2 * FRAME for f in frames[:-1]), [len(f.pcm) for f in frames]
+    assert 0 < len(frames[-1].pcm) <= 2 * FRAME
+    # The filler's padding is silence, and the answer comes after it.
+    assert frames[7].pcm[2 * 123 :] == bytes(2 * FRAME - 2 * 123)
+    assert any(max(abs(v) for v in np.frombuffer(f.pcm, np.int16)) > 0 for f in frames[8:])
