@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from voxpipe.bench.server_process import ServerProcess
 from voxpipe.clients.native_client import NativeClient
@@ -101,3 +103,18 @@ def tracebacks(log: str) -> list[str]:
                 end += 1
             found.append("\n".join(lines[max(0, i - 1) : end + 1]))
     return found
+
+
+async def until_closed(ws: Any, timeout_s: float) -> tuple[list[Any], int, str]:
+    """Every JSON message a WebSocket client gets until the server closes it: (messages,
+    close code, close reason). Fails if the server never closes, or closes without a frame."""
+    received = []
+    with pytest.raises(websockets.ConnectionClosed) as closing:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str):
+                    received.append(json.loads(message))
+    rcvd = closing.value.rcvd
+    assert rcvd is not None, "closed without a close frame"
+    return received, rcvd.code, rcvd.reason

@@ -581,9 +581,35 @@ def test_reconnect_helpers(server: RunningServer, browser: Browser) -> None:
     assert verdicts["resume_failed"] == verdicts["session_not_found"]
     assert "press Start for a new call" in verdicts["resume_failed"]
     assert result["refused"].startswith("Not authorized (token expired)")
+    # A line that stops answering pings is given up (its close says "dropped", not "hung
+    # up") and the call reconnects.
+    heartbeat = result["heartbeat"]
+    assert heartbeat["calls"] == ["ping", "ping", "ping", "abandon", "reconnect"], heartbeat
+    assert heartbeat["live"] is False and heartbeat["lastEventId"] == 7
+    chosen, given = result["ids"]
+    assert len(chosen) == 32 and int(chosen, 16) >= 0 and given == "mine"
 
 
 RESUME_PROBE = """async () => {
+  const quiet = { onEvent() {}, onAudio() {}, onState() {} };
+  // A line that stops answering: pinged, answered once, then silent past the dead bound.
+  const heartbeat = (r) => {
+    const link = new r.ResumingConnection("http://127.0.0.1:8765/", quiet);
+    const calls = [];
+    link.connection = { send: (e) => calls.push(e.type), abandon: () => calls.push("abandon"),
+                        close() {} };
+    link.live = true;
+    link.state = "live";
+    link.reconnect = () => calls.push("reconnect");
+    link.checkLine();
+    link.onEvent(link.connection, { type: "pong", event_id: 7 });
+    link.checkLine();
+    link.checkLine();  // still within the bound: waits
+    link.awaiting -= 16000;
+    link.checkLine();
+    link.close();
+    return { calls, live: link.live, lastEventId: link.lastEventId };
+  };
   const r = await import("/web/resume.js");
   const { voiceUrl, OpenFailed } = await import("/web/protocol.js");
   const frame = (n, value) => new Int16Array(n).fill(value).buffer;
@@ -613,5 +639,8 @@ RESUME_PROBE = """async () => {
       session_not_found: r.reconnectVerdict(error("session_not_found")),
     },
     refused: r.refusalMessage({ code: "unauthorized", message: "token expired" }),
+    heartbeat: heartbeat(r),
+    ids: [new r.ResumingConnection("http://127.0.0.1:8765/", quiet).sessionId,
+          new r.ResumingConnection("http://127.0.0.1:8765/?session_id=mine", quiet).sessionId],
   };
 }"""

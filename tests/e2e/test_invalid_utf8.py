@@ -15,6 +15,7 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from tests import support
 from tests.support import RunningServer, metric_value, metrics_text, tracebacks
 from voxpipe.audio.g711 import ulaw_encode
 
@@ -35,17 +36,8 @@ def log_start(server: RunningServer) -> int:
 
 async def until_closed(ws: ClientConnection) -> tuple[list[Any], int, str]:
     """Every JSON message until the server closes: (messages, close code, close reason)."""
-    received = []
-    with pytest.raises(websockets.ConnectionClosed) as closing:
-        async with asyncio.timeout(TIMEOUT_S):
-            while True:
-                message = await ws.recv()
-                if isinstance(message, str):
-                    received.append(json.loads(message))
-    rcvd = closing.value.rcvd
-    assert rcvd is not None, "closed without a close frame"
     _connections[0] += 1
-    return received, rcvd.code, rcvd.reason
+    return await support.until_closed(ws, TIMEOUT_S)
 
 
 async def no_call_held(server: RunningServer) -> None:

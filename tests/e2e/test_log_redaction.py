@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
+import uuid
 from pathlib import Path
 
 import httpx
@@ -17,6 +20,7 @@ from tests.support import librivox_clips, start_server, wait_ready
 from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.clients.twilio_client import TwilioLine
+from voxpipe.server.local_cluster import LocalCluster, free_port_run
 
 pytestmark = pytest.mark.e2e
 
@@ -81,6 +85,14 @@ async def run_calls(http: httpx.AsyncClient, port: int) -> list[str]:
     return tokens
 
 
+def leaks(log: str, tokens: list[str]) -> list[str]:
+    """Lines of ``log`` that hold a key, a token, a part of a token, or the token secret."""
+    secrets = [KEY_A, KEY_B, TOKEN_SECRET, WRONG_KEY, FORGED_TOKEN, *tokens]
+    # Every part of a token that could stand for it (its payload, its signature) too.
+    secrets += [part for token in tokens for part in token.split(".")[1:] if len(part) >= 8]
+    return [line for line in log.splitlines() if any(s in line for s in secrets)]
+
+
 def test_no_key_or_token_reaches_the_log(tmp_path: Path) -> None:
     server = start_server(
         tmp_path,
@@ -101,13 +113,8 @@ def test_no_key_or_token_reaches_the_log(tmp_path: Path) -> None:
     finally:
         server.stop()  # its last lines are written before it exits
     log = server.log_path.read_text(errors="replace")
-
-    secrets = [KEY_A, KEY_B, TOKEN_SECRET, WRONG_KEY, FORGED_TOKEN, *tokens]
-    # Every part of a token that could stand for it (its payload, its signature) too.
-    secrets += [part for token in tokens for part in token.split(".")[1:] if len(part) >= 8]
-    leaked = {s for s in secrets if s in log}
-    lines = [line for line in log.splitlines() if any(s in line for s in leaked)]
-    assert not leaked, "\n".join(lines[:20])
+    leaked = leaks(log, tokens)
+    assert not leaked, "\n".join(leaked[:20])
 
     # The requests are in the log, their credentials replaced.
     for seen in (
@@ -121,3 +128,55 @@ def test_no_key_or_token_reaches_the_log(tmp_path: Path) -> None:
     ):
         assert seen in log, f"{seen!r} is not in the log"
     assert re.search(r'"WebSocket /v1/voice\?api_key=\[redacted\]" \[accepted\]', log)
+
+
+async def cluster_calls(cluster: LocalCluster) -> list[str]:
+    """Calls through nginx with a key and a token, then more while a worker is dead (nginx
+    fails over, and would write an error line quoting each request)."""
+    voice = cluster.url
+    async with httpx.AsyncClient(base_url=cluster.http, timeout=TIMEOUT_S) as http:
+        tokens = [await mint(http, KEY_A) for _ in range(2)]
+        await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&api_key={KEY_B}")
+        await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&token={tokens[0]}")
+        victim = cluster.worker(cluster.worker_ports[0])
+        os.kill(int(str(victim["pid"])), signal.SIGKILL)
+        for _ in range(6):  # about half of these hash to the dead worker first
+            await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&api_key={KEY_A}")
+        await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&token={tokens[1]}")
+    return tokens
+
+
+def test_no_key_or_token_reaches_the_cluster_s_logs(tmp_path: Path) -> None:
+    """``voxpipe cluster``: the supervisor, each worker, nginx's access and error logs."""
+    cluster = LocalCluster(
+        tmp_path,
+        port=free_port_run(3),
+        workers=2,
+        redis_port=free_port_run(1),
+        env={
+            "VOXPIPE_AUTH__API_KEYS": json.dumps([KEY_A, KEY_B]),
+            "VOXPIPE_AUTH__TOKEN_SECRET": TOKEN_SECRET,
+            "VOXPIPE_SERVER__LOG_LEVEL": "info",
+        },
+    )
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        tokens = asyncio.run(cluster_calls(cluster))
+    finally:
+        cluster.stop()
+    logs = {
+        path.relative_to(tmp_path).as_posix(): path.read_text(errors="replace")
+        for path in [*tmp_path.glob("*.log"), *tmp_path.glob("nginx/*.log")]
+    }
+    assert {"workers.log", "nginx/access.log"} <= set(logs), sorted(logs)
+    for name, log in logs.items():
+        leaked = leaks(log, tokens)
+        assert not leaked, f"{name}:\n" + "\n".join(leaked[:20])
+    workers = logs["workers.log"]
+    assert "/v1/voice?session_id=" in workers and "&api_key=[redacted]" in workers
+    assert "&token=[redacted]" in workers
+    access = logs["nginx/access.log"].splitlines()
+    assert len(access) >= 9 and all("uri=/v1/voice" in line for line in access[-9:])
+    assert any(re.search(r'upstream="[^"]+, ', line) for line in access), "no failover happened"
+    assert 'request: "' not in logs.get("nginx/error.log", ""), "nginx quoted a request line"

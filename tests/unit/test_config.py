@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from voxpipe.config import Config
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No VOXPIPE_* variable from the machine running the tests leaks in."""
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 def write(path: Path, data: dict[str, Any]) -> Path:

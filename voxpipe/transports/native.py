@@ -2,7 +2,8 @@
 
 Decode and encode only: JSON text events and binary PCM16 frames in, typed
 events and sequenced audio frames out. Every malformed message gets a typed
-``error`` event and the connection carries on; the policy lives in the session.
+``error`` event and the connection carries on (but for a text frame that is not
+UTF-8, which must end it: ``invalid_utf8``, close 1007); the policy lives in the session.
 
 A call outlives a dropped connection: its session waits ``resume_grace_s`` for
 a ``session.start`` with the same ``session_id`` and a ``resume`` position, then

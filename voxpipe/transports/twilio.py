@@ -12,8 +12,11 @@ exactly the words the caller heard. A barge-in's ``playback.clear`` becomes
 
 Twilio has no error channel (it ignores messages it does not know), so a
 malformed message is logged and counted in ``voxpipe_errors_total{code}`` and
-the call goes on. Types and required fields are checked strictly; fields Twilio
-may add later are ignored, so a live phone line never breaks on them.
+the call goes on (a text frame that is not UTF-8 must end it: close 1007). Types
+and required fields are checked strictly; fields Twilio may add later are
+ignored, so a live phone line never breaks on them. The ids are not: compatible
+providers (SignalWire) send their own formats, and any bounded, printable id is
+taken, its format logged.
 """
 
 from __future__ import annotations

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from tests.unit.conversation.harness import Call
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 @pytest.fixture

@@ -8,10 +8,7 @@ import base64
 import hashlib
 import json
 import shutil
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,31 +207,6 @@ async def test_the_memory_guard_forgets_expired_ids_and_fails_closed_when_full()
     now[0] = 1010.0  # "a" expired: its slot is free, and its token is refused as expired
     assert await guard.first_use("c", 1030)
     assert len(guard) == 2
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not Path(REDIS).exists():
-        pytest.fail("redis-server is missing: run `make sysdeps`")
-    port = free_port()
-    process = subprocess.Popen(
-        [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path_factory.mktemp("redis"))],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.02)
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(5)
 
 
 async def test_with_redis_a_replay_to_another_worker_is_refused(redis_url: str) -> None:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
-import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -17,32 +14,6 @@ from voxpipe.conversation.services import CallRecord
 from voxpipe.server.redis_store import RedisStore, list_calls, show_call
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not Path(REDIS).exists():
-        pytest.fail("redis-server is missing: run `make sysdeps`")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
-        [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path_factory.mktemp("redis"))],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.02)
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(5)
 
 
 @pytest.fixture

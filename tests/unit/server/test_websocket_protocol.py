@@ -8,8 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,6 +17,7 @@ import uvicorn
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from tests.support import until_closed
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.bench.server_process import free_port
 from voxpipe.config import Config
@@ -27,14 +27,6 @@ from voxpipe.server.websocket_protocol import WebSocketProtocol
 
 TIMEOUT_S = 20.0
 NOT_UTF8 = [b"\xff", b'{"type": "ping"}\xc3', b"\xed\xa0\x80", "héllo".encode("latin-1")]
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 @contextlib.asynccontextmanager
@@ -66,16 +58,7 @@ async def serve() -> AsyncIterator[tuple[int, Any]]:
 
 async def closed(ws: ClientConnection) -> tuple[list[Any], int, str]:
     """Every message until the server closes: (JSON messages, close code, reason)."""
-    received = []
-    with pytest.raises(websockets.ConnectionClosed) as closing:
-        async with asyncio.timeout(TIMEOUT_S):
-            while True:
-                message = await ws.recv()
-                if isinstance(message, str):
-                    received.append(json.loads(message))
-    rcvd = closing.value.rcvd
-    assert rcvd is not None, "closed without a close frame"
-    return received, rcvd.code, rcvd.reason
+    return await until_closed(ws, TIMEOUT_S)
 
 
 def assert_logged_once(caplog: pytest.LogCaptureFixture, connections: int) -> None:

@@ -7,13 +7,11 @@ import asyncio
 import base64
 import contextlib
 import json
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import numpy as np
-import pytest
 import uvicorn
 import websockets
 from openai import AsyncOpenAI
@@ -28,14 +26,6 @@ from voxpipe.server.app import create_app
 
 TIMEOUT_S = 20.0
 REPLY = ["Hello", " there", ", nice", " to meet", " you", "."]
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 def loud(seconds: float) -> bytes:

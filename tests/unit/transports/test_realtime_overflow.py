@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 import uvicorn
 
 from tests.realtime_client import Listener
@@ -29,14 +27,6 @@ DROPPED = (
     'voxpipe_audio_dropped_seconds_total{direction="inbound",policy="drop_oldest",'
     'transport="realtime"}'
 )
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 @contextlib.asynccontextmanager

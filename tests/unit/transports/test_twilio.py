@@ -6,9 +6,8 @@ import asyncio
 import base64
 import json
 import logging
-import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import numpy as np
@@ -32,14 +31,6 @@ CALL = "CA" + "b" * 32
 ACCOUNT = "AC" + "c" * 32
 LOUD = ulaw_encode(np.full(160, 16384, dtype="<i2").tobytes())  # 20 ms the fake VAD hears
 QUIET = ulaw_encode(bytes(320))
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("VOXPIPE_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 class FakeSocket:
