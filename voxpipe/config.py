@@ -95,6 +95,19 @@ class SttConfig(BaseModel):
     threads: int = Field(2, ge=1, description="CTranslate2 intra-op threads.")
     language: str = Field("en", description="Spoken language passed to Whisper.")
     beam_size: int = Field(1, ge=1, le=10, description="1 = greedy; larger is slower and steadier.")
+    partial_interval_ms: int = Field(
+        1000,
+        ge=0,
+        description="While the caller speaks, transcribe the turn so far every this many ms of "
+        "speech (transcript.partial), when the STT is idle; 0 = no partial transcripts.",
+    )
+    window: Literal["fitted", "full"] = Field(
+        "fitted",
+        description="fitted: decode in the shortest of 10/20/30 s windows that holds the "
+        "utterance and 1 s more (3-4x faster; a decode that loops or runs past its token budget "
+        "is redone in the next longer window); full: faster-whisper's own path, always padded "
+        "to 30 s.",
+    )
 
 
 class LlmConfig(BaseModel):

@@ -92,3 +92,25 @@ async def test_48khz_caller_is_resampled_and_understood(server: RunningServer) -
     assert client.output_rate == 16000
     _assert_reply_audio(turn.audio, 16000)
     _assert_timeline(turn.metrics)
+
+
+async def test_partial_transcripts_arrive_before_the_end_of_the_turn(
+    server: RunningServer,
+) -> None:
+    clip = max(librivox_clips(), key=lambda c: c.path.stat().st_size)  # the longest sentence
+    audio, rate = read_wav(clip.path)
+    assert audio.shape[0] / rate > 3.0
+    async with NativeClient(server.ws) as client:
+        await client.connect()
+        turn = await client.speak(audio, rate)
+    kinds = [e["type"] for e in client.events]
+    partials = [e for e in client.events if e["type"] == "transcript.partial"]
+    assert partials, f"no partial transcript in {kinds}"
+    assert kinds.index("transcript.partial") < kinds.index("vad.speech_stopped")
+    assert all(p["turn_id"] == turn.turn_id for p in partials)
+    # Real words of the sentence, growing as it is spoken.
+    expected = set(_normalise(clip.text).split())
+    first = set(_normalise(partials[0]["text"]).split())
+    assert len(first & expected) >= min(2, len(first)), (partials[0], clip.text)
+    assert turn.metrics["partials"]["count"] == len(partials)
+    assert 0 < turn.metrics["partials"]["first_ms"] < audio.shape[0] / rate * 1000

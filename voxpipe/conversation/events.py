@@ -96,6 +96,16 @@ class Transcript(Event):
 
 
 @dataclass(frozen=True)
+class TranscriptPartial(Event):
+    """The turn's words so far, while the caller is still speaking; the ``transcript``
+    event that follows the turn's end is the final text and may differ."""
+
+    type: ClassVar[str] = "transcript.partial"
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
 class ResponseTextDelta(Event):
     type: ClassVar[str] = "response.text.delta"
     turn_id: int

@@ -39,6 +39,7 @@ from voxpipe.conversation.events import (
     SpeechStopped,
 )
 from voxpipe.conversation.history import History
+from voxpipe.conversation.partials import PartialTranscripts
 from voxpipe.conversation.playback import PlaybackTracker
 from voxpipe.conversation.reply import BargeIn, Pacer, Reply, ReplyContext, SendAudio, SendEvent
 from voxpipe.conversation.services import CallRecord, Runners, Services
@@ -147,6 +148,7 @@ class Session:
             history=self.history.messages,
         )
         self.summarizer = Summarizer(session_id, services, self.history)
+        self.partials = PartialTranscripts(services, send_event)
         self.closed = False
         self._inbound = JitterBuffer(input_sample_rate, self.cfg.limits.inbound_buffer_ms)
         self.transport = "unknown"  # set by Call.attach; labels the dropped-audio counter
@@ -317,6 +319,7 @@ class Session:
                 # event.sample starts the first speech window: when did that window arrive?
                 reply.barge_in = BargeIn(self._arrival_of(event.sample + 1))
                 reply.pause(now)
+            self.partials.speech_started(self._turn_ids + 1, self._arrival_of(event.sample + 1))
             await self._send_event(SpeechStarted(round(event.sample / 16, 1)))
             return
         if event is not None:
@@ -324,6 +327,8 @@ class Session:
             return
         if not detector.in_speech:
             return
+        if prob >= cfg.threshold:
+            self.partials.speaking(round(detector.speech_ms() * 16), detector.turn_audio)
         reply = self._speaking_reply()
         if self._overlap and reply is not None:
             if detector.speech_ms() >= cfg.min_interruption_ms:
@@ -350,6 +355,7 @@ class Session:
 
     async def _on_turn_end(self, event: TurnEvent) -> None:
         assert event.audio is not None
+        partials = self.partials.turn_ended().as_dict()
         overlap, self._overlap = self._overlap, False
         reply = self._speaking_reply()
         if overlap and event.speech_ms < self.turn_config.min_interruption_ms:
@@ -371,6 +377,7 @@ class Session:
             self.counts["preempt_used"] += 1
             self.services.metrics.preemptions.labels("used").inc()
             self._reply = held
+            held.timeline.counters["partials"] = partials
             await held.confirm(speech_end_ns)
             return
         if reply is not None and self.turn_config.interrupt:
@@ -379,6 +386,7 @@ class Session:
         timeline = TurnTimeline(self._turn_ids)
         timeline.mark("speech_end", speech_end_ns)
         timeline.mark("eot")
+        timeline.counters["partials"] = partials
         self._reply = self._new_reply(timeline, event.audio, held=False, respond=self.auto_respond)
 
     def _start_held(self) -> None:
@@ -531,6 +539,7 @@ class Session:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
         await self._last_drop_notice()
+        await self.partials.close()
         if self._rebuild is not None:
             self._rebuild_cancel.cancel()
             self._rebuild.cancel()

@@ -76,6 +76,13 @@ def _common_prefix(a: np.ndarray, b: list[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
+# A caller's sentence of typical length (about 25 tokens), for the warm-up.
+WARMUP_SENTENCE = (
+    "Hi, I would like to book a table for four people tomorrow evening at seven, "
+    "and one of us is vegetarian."
+)
+
+
 class LlamaLlm:
     def __init__(
         self,
@@ -291,9 +298,21 @@ class LlamaLlm:
                 yield tail
 
     def warmup(self) -> None:
-        """Prefill the system prompt and sample a reply: pages the weights in, and leaves the
-        system prompt's KV in the context, where every new call's prompt starts."""
-        messages = [ChatMessage("system", self._warmup_system_prompt), ChatMessage("user", "Hi")]
-        for _ in self.stream("__warmup__", messages, CancelToken(), LlmUsage()):
-            pass
+        """Run what a call runs, so the first call is a steady-state one: the chat template
+        with the configured system prompt, a caller's sentence of typical length prefilled
+        in one batch, a whole reply sampled, a second turn on the reused prefix, and another
+        session taking the context and giving it back (the state save and restore). That
+        pages the weights in and sizes every compute buffer; it leaves the system prompt's
+        KV in the context, where every new call's prompt starts."""
+        system = ChatMessage("system", self._warmup_system_prompt)
+        first = [system, ChatMessage("user", WARMUP_SENTENCE)]
+
+        def reply(session_id: str, messages: list[ChatMessage]) -> str:
+            return "".join(self.stream(session_id, messages, CancelToken(), LlmUsage()))
+
+        answer = reply("__warmup__", first)
+        reply("__warmup_other__", [system, ChatMessage("user", "Hello.")])  # saves __warmup__
+        second = [*first, ChatMessage("assistant", answer), ChatMessage("user", "Thank you.")]
+        reply("__warmup__", second)  # restores it, then prefills only the new turn
+        self.forget("__warmup_other__")
         self.forget("__warmup__")

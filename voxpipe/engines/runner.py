@@ -83,6 +83,7 @@ class EngineRunner:
         self.max_queue = max_queue
         self._observer = observer
         self._pending = 0
+        self._running = 0
         self._lock = threading.Lock()
         self._heap: list[_Queued] = []
         self._order = itertools.count()
@@ -115,6 +116,11 @@ class EngineRunner:
     def queue_depth(self) -> int:
         return self._pending
 
+    @property
+    def idle(self) -> bool:
+        """No job waiting and none running: optional work may start without delaying any."""
+        return self._pending == 0 and self._running == 0
+
     def _admit(self) -> None:
         with self._lock:
             if self._pending >= self.max_queue:
@@ -135,10 +141,14 @@ class EngineRunner:
 
     def _start(self, clock: JobClock) -> None:
         clock.started_ns = time.monotonic_ns()
+        with self._lock:
+            self._running += 1
         self._leave_queue()
 
     def _finish(self, clock: JobClock) -> None:
         clock.finished_ns = time.monotonic_ns()
+        with self._lock:
+            self._running -= 1
         if self._observer:
             self._observer.observe_job(self.name, clock.queue_s, clock.compute_s)
 

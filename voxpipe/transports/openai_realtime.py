@@ -39,6 +39,7 @@ from voxpipe.conversation.events import (
     SpeechStarted,
     SpeechStopped,
     Transcript,
+    TranscriptPartial,
 )
 from voxpipe.conversation.session import Session
 from voxpipe.server.calls import Call
@@ -157,6 +158,7 @@ class RealtimeConnection:
             owner=call.principal.id,
         )
         self._speech_item: str | None = None  # promised in speech_started, made at commit
+        self._partial_sent: dict[str, str] = {}  # item -> transcription sent in deltas
         self._user_items: dict[int, Item] = {}  # turn -> user item awaiting its transcript
         self._responses: dict[int, _Response] = {}
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
@@ -497,8 +499,12 @@ class RealtimeConnection:
             )
             if event.turn_id:  # 0: a backchannel over the reply, not a turn
                 self._commit_item(event.turn_id, item_id)
+            else:
+                self._partial_sent.pop(item_id, None)
         elif isinstance(event, Transcript):
             self._transcribed(event)
+        elif isinstance(event, TranscriptPartial):
+            self._partial(event)
         elif isinstance(event, ResponseTextDelta):
             response = self._output(event.turn_id)
             response.generated += event.delta
@@ -551,16 +557,30 @@ class RealtimeConnection:
             "conversation.item.added", previous_item_id=previous, item=item.wire(self.dialect)
         )
 
+    def _partial(self, event: TranscriptPartial) -> None:
+        """Words while the caller speaks, as transcription deltas of the item the speech
+        will become. Deltas only add: a partial that revises what was sent adds nothing, and
+        the ``completed`` event carries the final text."""
+        item_id = self._speech_item
+        if item_id is None:
+            return
+        sent = self._partial_sent.get(item_id, "")
+        if event.text.startswith(sent) and len(event.text) > len(sent):
+            self._partial_sent[item_id] = event.text
+            where: dict[str, Any] = {"item_id": item_id, "content_index": 0}
+            delta = event.text[len(sent) :]
+            self._emit("conversation.item.input_audio_transcription.delta", **where, delta=delta)
+
     def _transcribed(self, event: Transcript) -> None:
         item = self._user_items.pop(event.turn_id, None)
         if item is None:
             return
         item.text = event.text
         where: dict[str, Any] = {"item_id": item.id, "content_index": 0}
-        if event.text:
-            self._emit(
-                "conversation.item.input_audio_transcription.delta", **where, delta=event.text
-            )
+        sent = self._partial_sent.pop(item.id, "")
+        rest = event.text[len(sent) :] if event.text.startswith(sent) else ""
+        if rest:
+            self._emit("conversation.item.input_audio_transcription.delta", **where, delta=rest)
         self._emit(
             "conversation.item.input_audio_transcription.completed", **where, transcript=event.text
         )

@@ -51,12 +51,15 @@ class Call:
         send_yields: bool = False,
         filler: Filler | None = None,
         deadlines: dict[str, Any] | None = None,
+        stt_config: dict[str, Any] | None = None,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
             turn=turn or {},
             llm=llm_config or {},
             deadlines=deadlines or {},
+            # Partials take scripted transcripts in turn: off unless a test is about them.
+            stt={"partial_interval_ms": 0, **(stt_config or {})},
         )
         self.stt, self.llm, self.tts = stt or FakeStt(), llm or FakeLlm(), tts or FakeTts()
         self.metrics = Metrics()

@@ -30,6 +30,7 @@ from voxpipe.conversation.events import (
     SpeechStarted,
     SpeechStopped,
     Transcript,
+    TranscriptPartial,
     TurnMetrics,
 )
 from voxpipe.conversation.services import Filler
@@ -359,3 +360,47 @@ async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
     # The filler's padding is silence, and the answer comes after it.
     assert frames[7].pcm[2 * 123 :] == bytes(2 * FRAME - 2 * 123)
     assert any(max(abs(v) for v in np.frombuffer(f.pcm, np.int16)) > 0 for f in frames[8:])
+
+
+async def test_partial_transcripts_arrive_while_the_caller_speaks(
+    make_call: Callable[..., Call],
+) -> None:
+    stt = FakeStt("book a", "book a table", "book a table for two")
+    call = make_call(stt=stt, stt_config={"partial_interval_ms": 300})
+    await call.push(speech(50))  # 1.6 s of speech, no pause: partials at 0.3, 0.6, ... s
+    await call.until(lambda: len(call.of(TranscriptPartial)) >= 2)
+    await call.push(silence(30))
+    await call.until(lambda: call.done(1))
+    partials = call.of(TranscriptPartial)
+    assert [p.turn_id for p in partials] == [1] * len(partials)
+    assert [p.text for p in partials[:2]] == ["book a", "book a table"]
+    # Before the end of the turn, and each on the audio heard so far (growing).
+    stopped = call.index(lambda e: isinstance(e, SpeechStopped))
+    assert call.index(lambda e: isinstance(e, TranscriptPartial)) < stopped
+    sizes = [a.shape[0] for a in stt.calls]
+    assert sizes[:2] == sorted(sizes[:2]) and sizes[0] < sizes[-1]
+    record = call.of(TurnMetrics, 1)[0].metrics
+    assert record["partials"]["count"] == len(partials) and record["partials"]["first_ms"] > 0
+    # The final transcript is made from the whole turn.
+    assert call.of(Transcript, 1)[0].text == stt.script[min(len(stt.calls), 3) - 1]
+
+
+async def test_a_partial_waits_for_a_busy_stt_and_none_come_when_off(
+    make_call: Callable[..., Call],
+) -> None:
+    gate = threading.Event()
+    stt = FakeStt("first", gate=gate)
+    call = make_call(stt=stt, stt_config={"partial_interval_ms": 100})
+    await call.push(speech(10))
+    await call.until(lambda: stt.running)  # a partial holds the engine
+    await call.push(speech(20))  # partials fall due meanwhile: none starts beside it
+    assert len(stt.calls) == 1
+    gate.set()
+    await call.push(silence(30))
+    await call.until(lambda: call.done(1))
+
+    quiet = make_call(stt=FakeStt("hello"))  # partial_interval_ms 0
+    await quiet.push(speech(60))
+    await quiet.push(silence(30))
+    await quiet.until(lambda: quiet.done(1))
+    assert quiet.of(TranscriptPartial) == []
