@@ -73,6 +73,7 @@ test: install sysdeps lint typecheck
 	$(BIN)/pytest -q tests
 
 bench: install sysdeps
+	$(BIN)/voxpipe bench-caller
 	$(BIN)/voxpipe bench
 	$(BIN)/voxpipe bench-transports
 	$(BIN)/voxpipe bench-cluster

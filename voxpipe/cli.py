@@ -299,10 +299,22 @@ def cmd_bench_transports(args: argparse.Namespace) -> int:
     return transports_main(args)
 
 
+def cmd_bench_caller(args: argparse.Namespace) -> int:
+    from voxpipe.bench.caller_bench import main as caller_main
+
+    return caller_main(args)
+
+
 def cmd_bench_cluster(args: argparse.Namespace) -> int:
     from voxpipe.bench.cluster import main as cluster_main
 
     return cluster_main(args)
+
+
+def cmd_bench_stt(args: argparse.Namespace) -> int:
+    from voxpipe.bench.stt import main as stt_main
+
+    return stt_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -381,6 +393,35 @@ def build_parser() -> argparse.ArgumentParser:
     transports.add_argument("--out", type=Path, default=Path("bench-results/transports.json"))
     transports.set_defaults(func=cmd_bench_transports)
 
+    caller = sub.add_parser(
+        "bench-caller",
+        help="what a caller hears over Twilio and native: first answer audio, fillers, "
+        "interrupted answers, stage compute vs each engine alone",
+    )
+    caller.add_argument("--config", type=Path, help="base server config (JSON)")
+    caller.add_argument("--calls", type=int, default=2, help="calls per transport")
+    caller.add_argument("--turns", type=int, default=20, help="sentences per call")
+    caller.add_argument("--transports", default="twilio,native", help="comma-separated")
+    caller.add_argument(
+        "--gap-ms", type=int, default=1500, help="quiet after which the caller talks anyway"
+    )
+    caller.add_argument(
+        "--pause-ms", type=int, default=300, help="the caller's pause after an answer"
+    )
+    caller.add_argument("--no-filler", action="store_true", help="serve with the filler off")
+    caller.add_argument(
+        "--no-isolated", dest="isolated", action="store_false", help="skip the engines alone"
+    )
+    caller.add_argument("--port", type=int, help="server port (default: a free one)")
+    caller.add_argument(
+        "--timelines",
+        type=Path,
+        help="analyse the calls of an earlier run (its caller-timelines.json) instead of "
+        "holding new ones",
+    )
+    caller.add_argument("--out", type=Path, default=Path("bench-results/caller.json"))
+    caller.set_defaults(func=cmd_bench_caller)
+
     bench_cluster = sub.add_parser(
         "bench-cluster", help="LocalCluster: TTFT with session affinity vs round-robin; failover"
     )
@@ -393,6 +434,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cluster.add_argument("--redis-port", type=int, help="default: a free one")
     bench_cluster.add_argument("--out", type=Path, default=Path("bench-results/cluster.json"))
     bench_cluster.set_defaults(func=cmd_bench_cluster)
+
+    bench_stt = sub.add_parser(
+        "bench-stt", help="Whisper in fitted windows vs the 30 s window: WER and compute time"
+    )
+    bench_stt.add_argument("--config", type=Path)
+    bench_stt.add_argument("--reps", type=int, default=3, help="passes over the corpus")
+    bench_stt.add_argument("--buckets", help="fitted window lengths in s, e.g. 5,10,20,30")
+    bench_stt.add_argument(
+        "--telephone", action="store_true", help="the clips as a phone call hears them (mu-law)"
+    )
+    bench_stt.add_argument(
+        "--pairs", action="store_true", help="also longer turns: pairs of clips, 0.3 s apart"
+    )
+    bench_stt.add_argument("--out", type=Path, default=Path("bench-results/stt.json"))
+    bench_stt.set_defaults(func=cmd_bench_stt)
 
     load = sub.add_parser("load", help="concurrent simulated callers; find the machine's capacity")
     load.add_argument("--calls", type=int, default=4, help="concurrent callers (one step)")

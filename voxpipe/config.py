@@ -104,9 +104,9 @@ class SttConfig(BaseModel):
     window: Literal["fitted", "full"] = Field(
         "fitted",
         description="fitted: decode in the shortest of 10/20/30 s windows that holds the "
-        "utterance and 1 s more (3-4x faster; a decode that loops or runs past its token budget "
-        "is redone in the next longer window); full: faster-whisper's own path, always padded "
-        "to 30 s.",
+        "utterance and 1 s more (about 5x faster for turns under 10 s; a decode that loops or "
+        "runs past its token budget is redone in the next longer window); full: faster-whisper's "
+        "own path, always padded to 30 s, a little more accurate on long turns.",
     )
 
 

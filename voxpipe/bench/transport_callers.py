@@ -164,12 +164,14 @@ class _TappedNativeClient(NativeClient):
 class NativeCaller:
     transport = "native"
 
-    def __init__(self, ws_base: str) -> None:
+    def __init__(self, ws_base: str, instructions: str | None = None) -> None:
         self.client = _TappedNativeClient(f"{ws_base}/v1/voice")
         self.session_id = ""
+        self.instructions = instructions  # the call's system prompt; None: the server's
 
     async def open(self) -> None:
-        started = await self.client.connect()
+        start = {} if self.instructions is None else {"instructions": self.instructions}
+        started = await self.client.connect(**start)
         self.session_id = started["session_id"]
 
     async def say(self, audio: np.ndarray, rate: int, marks_s: Sequence[float]) -> list[int]:
@@ -228,8 +230,9 @@ class TwilioCaller:
     transport = "twilio"
     rate = 8000
 
-    def __init__(self, ws_base: str) -> None:
-        self.line = TwilioLine(f"{ws_base}/v1/twilio")
+    def __init__(self, ws_base: str, instructions: str | None = None) -> None:
+        parameters = {} if instructions is None else {"instructions": instructions}
+        self.line = TwilioLine(f"{ws_base}/v1/twilio", parameters)
         self.session_id = self.line.stream_sid  # the server names the session after the stream
 
     async def open(self) -> None:

@@ -90,6 +90,7 @@ def load_engines(config: Config, warm: bool = True) -> Engines:
             threads=config.stt.threads,
             language=config.stt.language,
             beam_size=config.stt.beam_size,
+            window=config.stt.window,
         ),
         llm=load_llm(config),
         tts=PiperTts(config.tts.model_path, threads=config.tts.threads,
