@@ -11,7 +11,12 @@ import pytest
 
 from tests.support import CARDS, RunningServer, history_of, librivox_clips
 from voxpipe.audio.pcm import read_wav
-from voxpipe.clients.native_client import NativeClient, speech_end_sample, speech_start_sample
+from voxpipe.clients.native_client import (
+    NativeClient,
+    TurnResult,
+    speech_end_sample,
+    speech_start_sample,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +37,10 @@ def _trimmed(path: object) -> np.ndarray:
     return audio[speech_start_sample(audio, rate) : speech_end_sample(audio, rate)]
 
 
+def _answer_began(turn: TurnResult) -> bool:
+    return any(e["type"] == "response.text.delta" for e in turn.events)
+
+
 async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: RunningServer) -> None:
     clips = librivox_clips()
     ask, interrupt = read_wav(clips[1].path), read_wav(clips[4].path)
@@ -40,7 +49,10 @@ async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: Running
         client.say(*ask)
         first = await client.wait_for(lambda: client.turns.get(1), 60)
         await client.wait_for(lambda: first.first_audio_ns, 60)
-        await asyncio.sleep(1.5)  # let the caller hear a sentence or so
+        # The first audio may be the filler (a slow machine): the answer's words are heard
+        # only once its text has begun; then let the caller hear a sentence or so.
+        await client.wait_for(lambda: _answer_began(first), 60)
+        await asyncio.sleep(2.0)
         interrupted_at = time.monotonic_ns()
         client.say(*interrupt)
         await client.wait_for(lambda: first.complete.is_set(), 30)
