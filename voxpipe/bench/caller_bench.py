@@ -404,6 +404,7 @@ def turn_rows(logs: Sequence[CallLog]) -> tuple[list[dict[str, Any]], dict[str, 
                 "queue_ms": record.get("queue_ms", {}),
                 "prefill_tokens": record.get("llm", {}).get("prefill_tokens"),
                 "first_clause": record.get("first_clause"),
+                "first_clause_tokens": record.get("first_clause_tokens"),
                 "preempted": record.get("preempted"),
             },
         )

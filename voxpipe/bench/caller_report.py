@@ -106,6 +106,10 @@ def summarize_all(
                 "server": spread(r.get("server", {}).get("prefill_tokens") for r in mine),
                 "isolated": spread((r.get("isolated") or {}).get("prefill_tokens") for r in mine),
             },
+            # LLM tokens the first phrase waited for (the first included); target p50 <= 7
+            "first_phrase_tokens": spread(
+                r.get("server", {}).get("first_clause_tokens") for r in mine
+            ),
         }
     return out
 
@@ -195,6 +199,11 @@ def render_markdown(summary: dict[str, dict[str, Any]], header: str, silence_ms:
             f"| {_cell(tokens['server'].get('p50'))} | {_cell(tokens['server'].get('p99'))} "
             f"| {_cell(tokens['isolated'].get('p50'))} | {_cell(tokens['isolated'].get('p99'))} "
             "| |"
+        )
+        phrase = s.get("first_phrase_tokens") or {}
+        lines.append(
+            f"| {transport} | LLM tokens in the first phrase | {phrase.get('n', 0)} "
+            f"| {_cell(phrase.get('p50'))} | {_cell(phrase.get('p99'))} | | | |"
         )
     lines += [
         "",

@@ -298,10 +298,13 @@ class Reply:
         first_token = asyncio.Event()
         cancel.on_cancel(first_token.set)
 
+        deltas = 0  # LLM deltas (tokens) received: how many the first phrase waited for
+
         async def queue_clause(clause: str) -> None:
             if not tl.has("first_clause"):
                 tl.mark("first_clause")
                 tl.counters["first_clause"] = clause
+                tl.counters["first_clause_tokens"] = deltas
                 if llm_clock.started_ns:
                     first_clause_ns = tl.marks_ns["first_clause"] - llm_clock.started_ns
                     tl.compute_s["llm_first_clause"] = first_clause_ns / 1e9
@@ -323,6 +326,8 @@ class Reply:
                             break
                         tl.mark("llm_first_token")
                         first_token.set()
+                        nonlocal deltas
+                        deltas += 1
                         self.generated += delta
                         await self._emit(ResponseTextDelta(turn_id, delta))
                         for clause in chunker.push(delta):

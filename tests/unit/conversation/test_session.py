@@ -404,3 +404,15 @@ async def test_a_partial_waits_for_a_busy_stt_and_none_come_when_off(
     await quiet.push(silence(30))
     await quiet.until(lambda: quiet.done(1))
     assert quiet.of(TranscriptPartial) == []
+
+
+async def test_the_first_phrase_and_the_tokens_it_waited_for_are_recorded(
+    make_call: Callable[..., Call],
+) -> None:
+    words = ["The", " restaurant", " opens", " every", " morning", " at", " nine", "."]
+    call = make_call(llm=FakeLlm(words))
+    await call.say()
+    await call.until(lambda: call.done(1))
+    record = call.of(TurnMetrics, 1)[0].metrics
+    assert record["first_clause"] == "The restaurant opens every morning"
+    assert record["first_clause_tokens"] == 6  # released as the sixth token began a new word
