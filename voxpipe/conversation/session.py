@@ -112,7 +112,6 @@ class Session:
         """``owner`` is the principal that started the call; ``record`` continues a call
         another worker recorded (a restore), else a new call record is begun."""
         self.id = session_id
-        self.owner = owner
         self.record = record or CallRecord(new_call_id(), session_id, owner)
         self.services = services
         self.cfg = services.config
@@ -180,6 +179,11 @@ class Session:
                     "turn": self.turn_config.model_dump(),
                 },
             )
+
+    @property
+    def owner(self) -> str:
+        """The principal that started the call (its record says)."""
+        return self.record.owner
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -473,7 +477,7 @@ class Session:
             "input_sample_rate": self.input_sample_rate,
             "counts": dict(self.counts),
             "epoch": self.record.epoch,
-            "owner": self.owner,
+            "owner": self.record.owner,
             "call_id": self.record.call_id,
         }
 

@@ -437,9 +437,7 @@ class NativeConnection:
                 session_id[:64],
                 principal.id,
             )
-            self.services.metrics.errors.labels(ErrorCode.SESSION_NOT_FOUND).inc()
-            refusal = ownership.not_found(session_id)
-            await self.error(refusal.code, refusal.message)
+            await self._not_found(session_id)  # counted by send_event, as every error
             return
         live = registry.find_attached(session_id)
         if live is not None and live is not self.call:
@@ -453,8 +451,7 @@ class NativeConnection:
         entry = registry.reattach(session_id)
         if entry is None or not isinstance(entry.state, Outbound):
             if not await self._restore(start, since, rates, turn):
-                refusal = ownership.not_found(session_id)
-                await self.error(refusal.code, refusal.message)
+                await self._not_found(session_id)
             return
         session, outbound = entry.session, entry.state
         if await self._moved_on(session):
@@ -482,6 +479,10 @@ class NativeConnection:
                 "some events or audio from before the reconnect are older than the replay "
                 f"buffer ({self.cfg.limits.replay_buffer_ms} ms) and were not resent",
             )
+
+    async def _not_found(self, session_id: str) -> None:
+        refusal = ownership.not_found(session_id)
+        await self.error(refusal.code, refusal.message)
 
     async def _moved_on(self, session: Session) -> bool:
         """A shared store holds a newer epoch of ``session`` than this worker's copy."""
@@ -527,8 +528,7 @@ class NativeConnection:
             output_sample_rate=rates.output,
             turn_config=turn,
             system_prompt=start.instructions,
-            owner=self.call.principal.id,
-            record=continued_record(state, session_id),
+            record=continued_record(state, session_id),  # its owner: this principal
         )
         outbound.input_samples = session.restore(state, audio_seq=since.last_audio_seq)
         outbound.last_audio_seq = since.last_audio_seq
