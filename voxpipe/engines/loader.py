@@ -75,12 +75,23 @@ def load_llm(config: Config) -> LlmEngine:
     )
 
 
+def limit_numpy_threads() -> None:
+    """One thread for numpy's own BLAS. Its matrix products here are small (Whisper's mel
+    filter bank), and OpenBLAS's idle worker spins for about 0.1 s after each one: after
+    every transcript it took one of the two cores from the LLM's prefill."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def load_engines(config: Config, warm: bool = True) -> Engines:
-    """Load all four models and run one warm-up inference on each."""
+    """Load all four models and, unless the caller warms them on their own threads, run one
+    warm-up inference on each."""
     from voxpipe.engines.piper_tts import PiperTts
     from voxpipe.engines.silero_vad import SileroVad
     from voxpipe.engines.whisper_stt import WhisperStt
 
+    limit_numpy_threads()
     t0 = time.monotonic()
     engines = Engines(
         vad=SileroVad(config.vad.model_path, threads=config.vad.threads),
