@@ -401,6 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     caller.add_argument("--config", type=Path, help="base server config (JSON)")
     caller.add_argument("--calls", type=int, default=2, help="calls per transport")
     caller.add_argument("--turns", type=int, default=20, help="sentences per call")
+    caller.add_argument(
+        "--starts",
+        type=int,
+        default=1,
+        help="fresh servers in turn; with 2 or more, each first call is compared with a later "
+        "call of the same sentences",
+    )
     caller.add_argument("--transports", default="twilio,native", help="comma-separated")
     caller.add_argument(
         "--gap-ms", type=int, default=1500, help="quiet after which the caller talks anyway"

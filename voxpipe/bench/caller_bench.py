@@ -48,6 +48,7 @@ from voxpipe.bench.caller_turns import (
     frames_between,
     heard_turn,
 )
+from voxpipe.bench.first_call import first_call_summary, render_first_call
 from voxpipe.bench.person import Person, Speak, Why
 from voxpipe.bench.transport_callers import NativeCaller, TwilioCaller, voiced
 from voxpipe.clients.native_client import speech_end_sample, speech_start_sample
@@ -228,6 +229,9 @@ class CallLog:
     sentences: list[Sentence]
     frames: list[ReplyFrame]
     seen: list[tuple[int, dict[str, Any]]]
+    start: int = 0  # which fresh server (``--starts``)
+    order: int = 0  # the call's place in that server's life: 0 is its first call
+    conversation: int = 0  # which sentences (:func:`conversation`)
 
 
 def timeline_json(log: CallLog) -> dict[str, Any]:
@@ -237,6 +241,9 @@ def timeline_json(log: CallLog) -> dict[str, Any]:
         "transport": log.transport,
         "call": log.call,
         "session_id": log.session_id,
+        "start": log.start,
+        "order": log.order,
+        "conversation": log.conversation,
         "sentences": [dataclasses.asdict(s) for s in log.sentences],
         "records": [[seen_ns, record] for seen_ns, record in log.seen],
         "frames": {
@@ -262,6 +269,9 @@ def call_log_from_json(data: dict[str, Any]) -> CallLog:
             )
         ],
         [(seen_ns, record) for seen_ns, record in data["records"]],
+        data.get("start", 0),
+        data.get("order", data["call"]),
+        data.get("conversation", data["call"]),
     )
 
 
@@ -334,21 +344,28 @@ async def hold_calls(
     turns: int,
     gap_ms: int,
     pause_ms: int,
+    start: int = 0,
 ) -> tuple[list[CallLog], list[dict[str, Any]]]:
-    """Every transport's calls, interleaved (the order alternating per round), one at a time."""
+    """Every transport's calls, interleaved (the order alternating per round), one at a time;
+    the ``start``-th fresh server's call ``c`` says conversation ``start + c``."""
     long, short = speech_clips()
     follower = TurnLogFollower(turn_log)
     reader = asyncio.create_task(follower.run(), name="turn-log")
-    logs, failures = [], []
+    logs: list[CallLog] = []
+    failures: list[dict[str, Any]] = []
     try:
         for call in range(calls):
             order = transports if call % 2 == 0 else list(reversed(transports))
             for transport in order:
-                clips = conversation(long, short, turns, call)
+                clips = conversation(long, short, turns, start + call)
                 line = Line(transport, port, PROMPT)
+                place = len(logs) + len(failures)
                 try:
+                    log = await hold_call(line, clips, follower, call, Person(gap_ms, pause_ms))
                     logs.append(
-                        await hold_call(line, clips, follower, call, Person(gap_ms, pause_ms))
+                        dataclasses.replace(
+                            log, start=start, order=place, conversation=start + call
+                        )
                     )
                 except Exception as exc:  # one failed call is reported, the bench goes on
                     print(f"  {transport} call {call + 1} failed: {exc!r}", flush=True)
@@ -397,6 +414,9 @@ def turn_rows(logs: Sequence[CallLog]) -> tuple[list[dict[str, Any]], dict[str, 
         row.update(
             transport=log.transport,
             call=log.call,
+            start=log.start,
+            order=log.order,
+            conversation=log.conversation,
             session_id=log.session_id,
             server={
                 "stages_ms": record.get("stages_ms", {}),
@@ -550,7 +570,11 @@ def bench_config(base: Path | None, workdir: Path, no_filler: bool) -> Path:
 
 
 def hold_on_a_fresh_server(
-    args: argparse.Namespace, config_path: Path, workdir: Path, transports: Sequence[str]
+    args: argparse.Namespace,
+    config_path: Path,
+    workdir: Path,
+    transports: Sequence[str],
+    start: int = 0,
 ) -> tuple[list[CallLog], list[dict[str, Any]], float]:
     from voxpipe.bench.server_process import ServerProcess
 
@@ -567,7 +591,7 @@ def hold_on_a_fresh_server(
         logs, failures = asyncio.run(
             hold_calls(
                 server.port, server.turn_log, transports, args.calls, args.turns,
-                args.gap_ms, args.pause_ms,
+                args.gap_ms, args.pause_ms, start,
             )
         )  # fmt: skip
     finally:
@@ -589,7 +613,12 @@ def main(args: argparse.Namespace) -> int:
         failures: list[dict[str, Any]] = []
         ready_s = None
     else:
-        logs, failures, ready_s = hold_on_a_fresh_server(args, config_path, workdir, transports)
+        logs, failures, ready_s = [], [], 0.0
+        for start in range(args.starts):
+            more, failed, ready_s = hold_on_a_fresh_server(
+                args, config_path, workdir, transports, start
+            )
+            logs, failures = logs + more, failures + failed
     load_calls = load_average()
     rows, split = turn_rows(logs)
     if args.isolated:
@@ -600,20 +629,23 @@ def main(args: argparse.Namespace) -> int:
     for transport, stats in summary.items():
         stats["filler_split"] = split.get(transport)
     filler = repr(config.deadlines.filler) if config.deadlines.filler else "off"
+    servers = "one server" if args.starts == 1 else f"{args.starts} fresh servers in turn"
     header = (
         f"voxpipe bench-caller: {len(logs)} calls of {len(rows)} sentences of real speech "
-        f"in all ({', '.join(transports)} in turn), one server; LLM temperature 0, "
+        f"in all ({', '.join(transports)} in turn), {servers}; LLM temperature 0, "
         f"max_tokens 60, prompt {PROMPT!r}; "
         f"end-of-turn silence {silence} ms; filler {filler} when the first token is later "
         f"than {config.deadlines.llm_first_token_ms} ms; the caller talks after "
         f"{args.gap_ms} ms of quiet. Load average {load_before} before, {load_calls} after "
         "the calls."
     )
-    text = render_markdown(summary, header, silence)
+    first = first_call_summary(rows)
+    text = "\n".join([render_markdown(summary, header, silence), *render_first_call(first)])
     print("\n" + text)
     report = {
         "summary": summary,
         "filler_split": split,
+        "first_call": first,
         "turns": rows,
         "failures": failures,
         "ready_after_s": None if ready_s is None else round(ready_s, 1),
