@@ -74,6 +74,7 @@ test: install sysdeps lint typecheck
 
 bench: install sysdeps
 	$(BIN)/voxpipe bench-caller
+	$(BIN)/voxpipe bench-caller --starts 4 --calls 2 --turns 8 --transports twilio --no-isolated --out bench-results/first-call.json
 	$(BIN)/voxpipe bench
 	$(BIN)/voxpipe bench-transports
 	$(BIN)/voxpipe bench-cluster
