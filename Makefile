@@ -59,6 +59,7 @@ models: install
 lint: install
 	$(BIN)/ruff check voxpipe tests
 	$(BIN)/ruff format --check voxpipe tests
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy
@@ -84,4 +85,4 @@ load: install sysdeps
 	$(BIN)/voxpipe load --find-capacity --slo-ms 1500 --duration 60
 
 clean:
-	rm -rf $(VENV) var bench-results .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var bench-results .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -31,26 +31,21 @@ from starlette.websockets import WebSocket
 
 from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
-from voxpipe.conversation.services import CallStore, Filler, Runners, Services
+from voxpipe.conversation.services import Filler, Runners
 from voxpipe.engines.base import Engines
 from voxpipe.engines.loader import load_engines
-from voxpipe.engines.runner import EngineRunner
-from voxpipe.observability.metrics import Metrics
-from voxpipe.observability.turn_log import TurnLog
 from voxpipe.server import web
 from voxpipe.server.auth import (
-    Authenticator,
     AuthError,
     Credentials,
     TokenRequest,
     TokenRequestError,
 )
-from voxpipe.server.calls import CallRegistry
 from voxpipe.server.lifecycle import serve_call
+from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
-from voxpipe.server.token_replay import replay_guard
 from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
-from voxpipe.server.worker import WorkerHeader, worker_id
+from voxpipe.server.worker import WorkerHeader
 from voxpipe.transports.base import Transport, describe_error
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
@@ -61,60 +56,6 @@ log = logging.getLogger("voxpipe.server")
 EngineFactory = Callable[[Config], Engines]
 """Loads the engines without running them: the server warms each one on its runner."""
 MAX_TOKEN_REQUEST_BYTES = 4096
-
-
-class ServerState:
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.metrics = Metrics()
-        self.services: Services | None = None
-        self.load_error: str | None = None
-        self.on_ready: list[Callable[[], None]] = []
-        self.auth = Authenticator(config.auth, replay_guard(config.store))
-        self.calls = CallRegistry(config.limits.max_calls, self.metrics)
-        self.worker = worker_id(config)
-
-    @property
-    def ready(self) -> bool:
-        """Warm and admitting calls (not draining)."""
-        return self.services is not None and not self.calls.draining
-
-    def start_runners(self) -> Runners:
-        """One runner (thread) per engine; a remote LLM's threads only wait on streams."""
-        remote = self.config.llm.engine == "openai"
-        return Runners(
-            *(
-                EngineRunner(
-                    name,
-                    self.config.limits.engine_queue,
-                    observer=self.metrics,
-                    workers=self.config.remote_llm.max_connections
-                    if remote and name == "llm"
-                    else 1,
-                )
-                for name in ("vad", "stt", "llm", "tts")
-            )
-        )
-
-    def install(
-        self,
-        engines: Engines,
-        runners: Runners,
-        filler: Filler | None = None,
-        store: CallStore | None = None,
-    ) -> None:
-        self.services = Services(
-            config=self.config,
-            engines=engines,
-            runners=runners,
-            metrics=self.metrics,
-            turn_log=TurnLog(self.config.server.turn_log_path),
-            filler=filler,
-            store=store,
-        )
-        self.metrics.ready.set(1)
-        for callback in self.on_ready:
-            callback()
 
 
 async def warm_up(engines: Engines, runners: Runners) -> None:

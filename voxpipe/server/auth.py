@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxpipe.config import AuthConfig
+from voxpipe.conversation.principal import ANONYMOUS, Principal
 from voxpipe.server.token_replay import MemoryReplayGuard, ReplayGuard, ReplayUnavailable
 
 TOKEN_PREFIX = "vxt1."
@@ -44,32 +45,6 @@ class AuthError(Exception):
 
 class TokenRequestError(ValueError):
     """A token request asks for more than the server grants (``invalid_event``, 400)."""
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who a connection is. Sessions belong to the principal that started them: only the
-    same ``id`` may resume one, read its history or take its id.
-
-    ``id`` is stable across restarts and key rotation of *other* keys: ``key:<name>`` for an
-    API key, ``key:<name>/<subject>`` for a token minted by that key for a subject.
-    A token may narrow what it opens: some transports only, one session id only.
-    """
-
-    id: str
-    transports: frozenset[str] | None = None  # None: every transport
-    session_id: str | None = None  # None: any session of this principal
-    jti: str | None = None  # a single-use token's id, consumed by Authenticator.admit
-    expires_at: int | None = None  # a token's expiry, Unix seconds
-
-    def may_use(self, transport: str) -> bool:
-        return self.transports is None or transport in self.transports
-
-    def may_open(self, session_id: str) -> bool:
-        return self.session_id is None or self.session_id == session_id
-
-
-ANONYMOUS = Principal("anonymous")  # authentication off: every caller is one principal
 
 
 class TokenRequest(BaseModel):

@@ -9,96 +9,19 @@ turns one slow call into many.
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.conversation.session import Session
 from voxpipe.observability.metrics import Metrics
-from voxpipe.server.auth import ANONYMOUS, Principal
-
-if TYPE_CHECKING:
-    from voxpipe.conversation.services import Services
-    from voxpipe.conversation.session import Session
-
-
-class CloseCode(IntEnum):
-    """WebSocket close codes the server uses (``docs/protocol.md``)."""
-
-    NORMAL = 1000
-    GOING_AWAY = 1001  # server shutdown after the drain deadline
-    INVALID_DATA = 1007  # a text message that is not UTF-8
-    POLICY = 1008  # unauthorized, or no session.start in time
-    TOO_BIG = 1009
-    INTERNAL = 1011
-    TRY_AGAIN_LATER = 1013  # not ready, at capacity, draining
-    IDLE = 4000
-    MAX_DURATION = 4001
-    SLOW_CONSUMER = 4002
-    REPLACED = 4003  # the same session connected again elsewhere
-
-
-@dataclass(frozen=True)
-class CallEnd:
-    """Why the server ends (or refuses) a call."""
-
-    code: ErrorCode
-    message: str
-    close_code: CloseCode
-
-
-@dataclass(eq=False)
-class Call:
-    """One admitted connection, as the server's lifecycle sees it."""
-
-    transport: str
-    services: Services
-    registry: CallRegistry
-    principal: Principal = ANONYMOUS
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_ns: int = field(default_factory=time.monotonic_ns)
-    session: Session | None = None
-    ended: CallEnd | None = None
-    _end: Callable[[CallEnd], Awaitable[None]] | None = None
-    _ending: asyncio.Task[None] | None = None
-
-    def attach(self, session: Session) -> None:
-        self.session = session
-        session.transport = self.transport
-
-    async def end(self, why: CallEnd) -> None:
-        """Close the call from the server side (idle, max duration, drain, replaced)."""
-        if self.ended is None and self._end is not None:
-            self.ended = why
-            await self._end(why)
-
-    def end_soon(self, why: CallEnd) -> None:
-        """:meth:`end` from code that cannot wait (a buffer's overflow callback); once."""
-        if self._ending is None:
-            self._ending = asyncio.get_running_loop().create_task(
-                self.end(why), name=f"end-{self.id}"
-            )
-
-    def slow_consumer(self, detail: str) -> None:
-        """The peer stopped reading what it is sent: end the call (close 4002), counted."""
-        if self._ending is None:
-            self.services.metrics.slow_consumers.inc()
-        self.end_soon(CallEnd(ErrorCode.SLOW_CONSUMER, detail, CloseCode.SLOW_CONSUMER))
-
-
-@dataclass
-class Detached:
-    """A session whose connection dropped, kept for a reconnect."""
-
-    session: Session
-    state: object  # the transport's own resume state
-    expiry: asyncio.TimerHandle | None = None
+from voxpipe.transports.call import Call, CallEnd, CloseCode, Detached
 
 
 class CallRegistry:
+    """Every call this server holds; a transport reaches it as
+    :class:`~voxpipe.transports.call.LiveSessions`."""
+
     def __init__(self, max_calls: int, metrics: Metrics) -> None:
         self.max_calls = max_calls
         self.metrics = metrics

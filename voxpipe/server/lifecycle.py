@@ -15,7 +15,6 @@ import logging
 import socket
 import time
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import uvicorn
 from starlette.responses import JSONResponse
@@ -23,11 +22,9 @@ from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.server.auth import AuthError, Credentials
-from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.server.state import ServerState
 from voxpipe.transports.base import Transport, close_reason
-
-if TYPE_CHECKING:
-    from voxpipe.server.app import ServerState
+from voxpipe.transports.call import Call, CallEnd, CloseCode
 
 log = logging.getLogger("voxpipe.lifecycle")
 

@@ -41,7 +41,7 @@ from redis.exceptions import RedisError
 
 from voxpipe.config import StoreConfig
 from voxpipe.conversation.services import CallRecord
-from voxpipe.server.store import HEARTBEAT_S, STALE_S, new_holder
+from voxpipe.server.holders import HEARTBEAT_S, STALE_S, new_holder
 
 log = logging.getLogger("voxpipe.store")
 

@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import queue
-import secrets
 import sqlite3
 import threading
 import time
@@ -24,12 +23,11 @@ from typing import Any
 
 from voxpipe.config import StoreConfig
 from voxpipe.conversation.services import CallRecord, CallStore
+from voxpipe.server.holders import HEARTBEAT_S, STALE_S, new_holder
 
 log = logging.getLogger("voxpipe.store")
 
 MAX_PENDING = 1000  # writes; a healthy disk keeps this near zero
-HEARTBEAT_S = 5.0  # how often a worker says it is alive, and looks for crashed calls
-STALE_S = 20.0  # a worker silent this long is dead: its live calls crashed
 CRASHED = "crashed"
 SCHEMA_VERSION = 2  # 2: records keyed by call id, owners, holders, worker heartbeats
 
@@ -131,12 +129,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA busy_timeout=2000")
     _schema(db)
     return db
-
-
-def new_holder(worker: str) -> str:
-    """This process as the holder of its calls: its worker name and a per-start nonce, so
-    a worker restarted under the same name knows the calls of its last life are dead."""
-    return f"{worker}/{secrets.token_hex(4)}"
 
 
 class SqliteStore:

@@ -14,22 +14,19 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from voxpipe.conversation import ownership
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
-from voxpipe.server import ownership
 from voxpipe.server.auth import AuthError, Credentials
-from voxpipe.server.calls import Call, CallEnd, CloseCode
 from voxpipe.server.lifecycle import watch_call
+from voxpipe.server.state import ServerState
 from voxpipe.transports.base import describe_error
+from voxpipe.transports.call import Call, CallEnd, CloseCode
 from voxpipe.transports.webrtc import OfferError, WebRTCConnection, WebRTCOffer
-
-if TYPE_CHECKING:
-    from voxpipe.server.app import ServerState
 
 log = logging.getLogger("voxpipe.webrtc")
 

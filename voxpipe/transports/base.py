@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
-from voxpipe.server.calls import Call, CallEnd, CloseCode
+from voxpipe.transports.call import Call, CallEnd, CloseCode
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.transport")

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.config import TurnConfig
+from voxpipe.conversation import ownership
 from voxpipe.conversation.events import (
     AudioOut,
     ErrorCode,
@@ -41,14 +42,13 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session, continued_record, new_session_id, state_owner
-from voxpipe.server import ownership
-from voxpipe.server.calls import Call, CallEnd, CloseCode
 from voxpipe.transports.base import (
     call_send_buffer,
     describe_error,
     end_on_invalid_text,
     invalid_text,
 )
+from voxpipe.transports.call import Call, CallEnd, CloseCode
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.native")

@@ -42,8 +42,8 @@ from voxpipe.conversation.events import (
     TranscriptPartial,
 )
 from voxpipe.conversation.session import Session
-from voxpipe.server.calls import Call
 from voxpipe.transports.base import call_send_buffer, end_on_invalid_text, invalid_text
+from voxpipe.transports.call import Call
 from voxpipe.transports.realtime_audio import (
     SESSION_RATE,
     BadAudio,

@@ -36,6 +36,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
+from voxpipe.conversation import ownership
 from voxpipe.conversation.events import (
     AudioDropped,
     AudioOut,
@@ -45,8 +46,6 @@ from voxpipe.conversation.events import (
     PlaybackClear,
 )
 from voxpipe.conversation.session import Session
-from voxpipe.server import ownership
-from voxpipe.server.calls import Call, CloseCode
 from voxpipe.transports.base import (
     call_send_buffer,
     close_reason,
@@ -54,6 +53,7 @@ from voxpipe.transports.base import (
     end_on_invalid_text,
     invalid_text,
 )
+from voxpipe.transports.call import Call, CloseCode
 
 log = logging.getLogger("voxpipe.twilio")
 

@@ -45,8 +45,8 @@ from voxpipe.conversation.events import (
     SessionUpdated,
 )
 from voxpipe.conversation.session import Session, new_session_id
-from voxpipe.server.calls import Call, CallEnd
 from voxpipe.transports.base import describe_error
+from voxpipe.transports.call import Call, CallEnd
 from voxpipe.transports.native import (
     PlaybackAck,
     SessionUpdate,

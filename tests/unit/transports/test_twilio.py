@@ -23,7 +23,8 @@ from voxpipe.engines.base import Engines
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
-from voxpipe.server.calls import Call, CallRegistry
+from voxpipe.server.calls import CallRegistry
+from voxpipe.transports.call import Call
 from voxpipe.transports.twilio import TwilioConnection, TwilioTransport
 
 SID = "MZ" + "a" * 32

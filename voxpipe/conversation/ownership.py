@@ -13,12 +13,20 @@ record of its own (``CallRecord.call_id``), never the old one's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.conversation.principal import Principal
 from voxpipe.conversation.services import CallStore
 from voxpipe.conversation.session import state_owner
-from voxpipe.server.auth import Principal
-from voxpipe.server.calls import CallRegistry
+
+
+class SessionOwners(Protocol):
+    """The one thing these rules ask of the server's live calls (its ``CallRegistry``)."""
+
+    def owner_of(self, session_id: str) -> str | None:
+        """The principal whose live session (connected or waiting) has this id, if any."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -41,19 +49,19 @@ def may_resume(principal: Principal, owner: str, session_id: str) -> bool:
 
 
 async def check_new(
-    registry: CallRegistry, store: CallStore | None, principal: Principal, session_id: str
+    live: SessionOwners, store: CallStore | None, principal: Principal, session_id: str
 ) -> Refusal | None:
     """Whether ``principal`` may start a new call named ``session_id``: the id must be in
     its token's scope and not held by a call that is live here, live on another worker, or
     crashed and resumable (its owner may take it back)."""
-    refusal = check_new_here(registry, principal, session_id)
+    refusal = check_new_here(live, principal, session_id)
     if refusal is not None or store is None:
         return refusal
     state = await store.load_state(session_id)
     return None if state is None else _held(principal, state_owner(state), session_id)
 
 
-def check_new_here(registry: CallRegistry, principal: Principal, session_id: str) -> Refusal | None:
+def check_new_here(live: SessionOwners, principal: Principal, session_id: str) -> Refusal | None:
     """:func:`check_new` against this server's live calls only, for ids a provider issues
     once per call (a Twilio stream sid) and so never finds in a store."""
     if not principal.may_open(session_id):
@@ -61,7 +69,7 @@ def check_new_here(registry: CallRegistry, principal: Principal, session_id: str
             ErrorCode.UNAUTHORIZED,
             f"this token is scoped to another session than {session_id[:64]!r}",
         )
-    owner = registry.owner_of(session_id)
+    owner = live.owner_of(session_id)
     return None if owner is None else _held(principal, owner, session_id)
 
 

@@ -1,0 +1,75 @@
+"""Everything one server process holds: its configuration, metrics, auth, calls, and,
+once the models are warm, the services every call shares.
+
+The app's routes, a call's lifecycle and the WebRTC signalling all read it; it lives
+apart from them so that each imports it and none imports another for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from voxpipe.config import Config
+from voxpipe.conversation.services import CallStore, Filler, Runners, Services
+from voxpipe.engines.base import Engines
+from voxpipe.engines.runner import EngineRunner
+from voxpipe.observability.metrics import Metrics
+from voxpipe.observability.turn_log import TurnLog
+from voxpipe.server.auth import Authenticator
+from voxpipe.server.calls import CallRegistry
+from voxpipe.server.token_replay import replay_guard
+from voxpipe.server.worker import worker_id
+
+
+class ServerState:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.services: Services | None = None
+        self.load_error: str | None = None
+        self.on_ready: list[Callable[[], None]] = []
+        self.auth = Authenticator(config.auth, replay_guard(config.store))
+        self.calls = CallRegistry(config.limits.max_calls, self.metrics)
+        self.worker = worker_id(config)
+
+    @property
+    def ready(self) -> bool:
+        """Warm and admitting calls (not draining)."""
+        return self.services is not None and not self.calls.draining
+
+    def start_runners(self) -> Runners:
+        """One runner (thread) per engine; a remote LLM's threads only wait on streams."""
+        remote = self.config.llm.engine == "openai"
+        return Runners(
+            *(
+                EngineRunner(
+                    name,
+                    self.config.limits.engine_queue,
+                    observer=self.metrics,
+                    workers=self.config.remote_llm.max_connections
+                    if remote and name == "llm"
+                    else 1,
+                )
+                for name in ("vad", "stt", "llm", "tts")
+            )
+        )
+
+    def install(
+        self,
+        engines: Engines,
+        runners: Runners,
+        filler: Filler | None = None,
+        store: CallStore | None = None,
+    ) -> None:
+        self.services = Services(
+            config=self.config,
+            engines=engines,
+            runners=runners,
+            metrics=self.metrics,
+            turn_log=TurnLog(self.config.server.turn_log_path),
+            filler=filler,
+            store=store,
+        )
+        self.metrics.ready.set(1)
+        for callback in self.on_ready:
+            callback()
