@@ -6,6 +6,9 @@ each frame was sent. The caller's playback position comes from the client's
 them, from real-time pacing: a client plays frames back to back from the
 moment the first one arrives. On barge-in the reply is cut to the words whose
 audio was played, proportionally within the clause that was playing.
+
+The :class:`Pacer` keeps that real-time model of the client's buffer for the whole call,
+and holds reply audio back so the buffer never runs more than a little ahead.
 """
 
 from __future__ import annotations
@@ -110,3 +113,25 @@ class PlaybackTracker:
                 words += clause_words[: int(len(clause_words) * fraction)]
             break
         return " ".join(words)
+
+
+class Pacer:
+    """Models the client's playback buffer, so audio goes out at most ``lead`` ahead of real
+    time: the client needs only that much buffer, and what is not sent can still be cancelled."""
+
+    def __init__(self, lead_ms: int) -> None:
+        self.lead_ns = lead_ms * 1_000_000
+        self.ends_at_ns = 0  # when the client will have played everything sent so far
+
+    def delay_s(self, now_ns: int) -> float:
+        return max(0.0, (self.ends_at_ns - now_ns - self.lead_ns) / 1e9)
+
+    def sent(self, now_ns: int, duration_ns: int) -> int:
+        """Account for a frame sent now; returns when the client starts playing it."""
+        starts = max(self.ends_at_ns, now_ns)
+        self.ends_at_ns = starts + duration_ns
+        return starts
+
+    def flushed(self, now_ns: int) -> None:
+        """The client dropped its buffer (barge-in)."""
+        self.ends_at_ns = now_ns

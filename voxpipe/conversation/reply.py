@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from voxpipe.audio.framer import Pcm16Framer
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import StreamResampler
 from voxpipe.conversation.chunker import ClauseChunker
@@ -37,11 +38,12 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
-from voxpipe.conversation.playback import PlaybackTracker
+from voxpipe.conversation.playback import Pacer, PlaybackTracker
+from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
 from voxpipe.engines.runner import EngineBusy, JobClock
-from voxpipe.observability.timeline import TurnTimeline
+from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
 log = logging.getLogger("voxpipe.reply")
 
@@ -49,28 +51,6 @@ TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio 
 
 SendEvent = Callable[[Event], Awaitable[None]]
 SendAudio = Callable[[AudioOut], Awaitable[None]]
-
-
-class Pacer:
-    """Models the client's playback buffer, so audio goes out at most ``lead`` ahead of real
-    time: the client needs only that much buffer, and what is not sent can still be cancelled."""
-
-    def __init__(self, lead_ms: int) -> None:
-        self.lead_ns = lead_ms * 1_000_000
-        self.ends_at_ns = 0  # when the client will have played everything sent so far
-
-    def delay_s(self, now_ns: int) -> float:
-        return max(0.0, (self.ends_at_ns - now_ns - self.lead_ns) / 1e9)
-
-    def sent(self, now_ns: int, duration_ns: int) -> int:
-        """Account for a frame sent now; returns when the client starts playing it."""
-        starts = max(self.ends_at_ns, now_ns)
-        self.ends_at_ns = starts + duration_ns
-        return starts
-
-    def flushed(self, now_ns: int) -> None:
-        """The client dropped its buffer (barge-in)."""
-        self.ends_at_ns = now_ns
 
 
 @dataclass
@@ -90,26 +70,6 @@ class ReplyContext:
 
 
 @dataclass
-class BargeIn:
-    speech_start_ns: int  # arrival of the first window of the caller's speech
-    paused_ns: int = 0
-    decided_ns: int = 0
-    cancelled_ns: int = 0  # LLM and TTS jobs have stopped
-    last_frame_ns: int = 0  # the last reply frame handed to the transport
-
-    def as_dict(self) -> dict[str, float | None]:
-        def since(ns: int) -> float | None:
-            return round((ns - self.speech_start_ns) / 1e6, 1) if ns else None
-
-        return {
-            "pause_ms": since(self.paused_ns),
-            "decide_ms": since(self.decided_ns),
-            "stop_ms": since(self.last_frame_ns),
-            "cancel_ms": since(self.cancelled_ns),
-        }
-
-
-@dataclass
 class Reply:
     ctx: ReplyContext
     timeline: TurnTimeline
@@ -117,8 +77,6 @@ class Reply:
     held: bool = False
     previous: Reply | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
-    status: str = "pending"
-    reason: str = ""
     transcript: str = ""
     generated: str = ""
     heard_text: str | None = None  # set when interrupted
@@ -135,6 +93,7 @@ class Reply:
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
+        self._outcome = ReplyOutcome()  # the status: only this reply's methods move it
         self._paused = False
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
         self._held_events: list[Event] = []
@@ -154,6 +113,10 @@ class Reply:
     @property
     def active(self) -> bool:
         return not self.task.done() and not self.cancel.cancelled
+
+    @property
+    def status(self) -> ReplyStatus:
+        return self._outcome.status
 
     def _update_sendable(self) -> None:
         if self.cancel.cancelled or (not self.held and not self._paused):
@@ -179,7 +142,7 @@ class Reply:
 
     def discard(self) -> None:
         """Speech resumed: throw the held work away."""
-        self.status, self.reason = "discarded", "speech resumed before the end of the turn"
+        self._outcome.move(ReplyStatus.DISCARDED, "speech resumed before the end of the turn")
         self.cancel.cancel()
 
     def pause(self, now_ns: int) -> None:
@@ -203,10 +166,15 @@ class Reply:
         heard = self.tracker.heard_samples(now_ns)
         self.heard_text = self.tracker.text_until(heard)
         self.heard_ms = round(heard * 1000 / self.ctx.output_rate, 1)
-        self.status, self.reason = "interrupted", "the caller spoke over the reply"
+        self._outcome.move(ReplyStatus.INTERRUPTED, "the caller spoke over the reply")
         self.cancel.cancel()
         self.ctx.pacer.flushed(now_ns)
         await self.ctx.send_event(PlaybackClear(self.turn_id, self.last_seq))
+
+    async def cancel_by_client(self, now_ns: int) -> None:
+        """The client cancelled the reply: stopped as by a barge-in, reported as cancelled."""
+        await self.interrupt(now_ns)
+        self._outcome.move(ReplyStatus.CANCELLED, "cancelled by the client")
 
     def playback_ack(self, seq: int) -> bool:
         return self.tracker.ack(seq)
@@ -231,8 +199,7 @@ class Reply:
                 self.previous = None  # else every reply of the call stays reachable
             if self.audio is None:  # a client asked for a reply (OpenAI response.create)
                 await self._speak()
-                if self.status == "pending":
-                    self.status = "cancelled" if self.cancel.cancelled else "completed"
+                self._outcome.ran_out(self.cancel.cancelled)
                 return
             clock = JobClock()
             stt = services.engines.stt
@@ -247,27 +214,26 @@ class Reply:
                 services.store.message(self.ctx.record, self.turn_id, "user", self.transcript)
             await self._emit(Transcript(self.turn_id, self.transcript))
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
-                self.status = "cancelled" if self.status == "pending" else self.status
+                self._outcome.ran_out(cancelled=True)
                 return
             if not any(ch.isalnum() for ch in self.transcript):
-                self.status, self.reason = "empty", "no words in the transcript"
+                self._outcome.move(ReplyStatus.EMPTY, "no words in the transcript")
                 return
             if not self.respond:  # the client commits turns and asks for replies itself
-                self.status, self.reason = "committed", "transcribed; no reply was asked for"
+                self._outcome.move(ReplyStatus.COMMITTED, "transcribed; no reply was asked for")
                 return
             await self._speak()
-            if self.status == "pending":
-                self.status = "cancelled" if self.cancel.cancelled else "completed"
+            self._outcome.ran_out(self.cancel.cancelled)
         except asyncio.CancelledError:
-            self.status, self.reason = "cancelled", self.reason or "session closed"
+            self._outcome.move(ReplyStatus.CANCELLED, self._outcome.reason or "session closed")
             raise
         except EngineBusy as error:
-            self.status, self.reason = "failed", str(error)
+            self._outcome.move(ReplyStatus.FAILED, str(error))
             await self._emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
         except Exception as error:
             log.exception("turn %s of %s failed", self.turn_id, self.ctx.session_id)
-            self.status, self.reason = "failed", f"{type(error).__name__}: {error}"
-            await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self.reason))
+            self._outcome.move(ReplyStatus.FAILED, f"{type(error).__name__}: {error}")
+            await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
         finally:
             if self.barge_in is not None:
                 self.barge_in.cancelled_ns = time.monotonic_ns()
@@ -342,7 +308,7 @@ class Reply:
         async def voice() -> None:
             engine = services.engines.tts
             resampler = StreamResampler(engine.sample_rate, self.ctx.output_rate)
-            framer = _Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
+            framer = Pcm16Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
             try:
                 while (clause := await clauses.get()) is not None:
                     if cancel.cancelled:
@@ -426,7 +392,7 @@ class Reply:
             tl.counters["filler"] = cfg.deadlines.filler
             resampler = StreamResampler(filler.rate, self.ctx.output_rate)
             audio = resampler.process(filler.audio, last=True)
-            framer = _Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
+            framer = Pcm16Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
             pcm = [*framer.push(float_to_pcm16(audio)), *framer.flush(pad=True)]
             self.tracker.add_clause("", sum(len(f) // 2 for f in pcm))
             self._filler_frames = len(pcm)
@@ -442,8 +408,8 @@ class Reply:
         except TimeoutError:
             self._missed("turn")
             cancel.cancel()
-            self.status, self.reason = "failed", f"reply exceeded {cfg.deadlines.turn_s:g} s"
-            await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self.reason))
+            self._outcome.move(ReplyStatus.FAILED, f"reply exceeded {cfg.deadlines.turn_s:g} s")
+            await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
         finally:
             if llm_clock.started_ns and llm_clock.first_item_ns:
                 tl.compute_s["llm_ttft"] = (llm_clock.first_item_ns - llm_clock.started_ns) / 1e9
@@ -489,7 +455,7 @@ class Reply:
 
     async def _finish(self) -> None:
         tl = self.timeline
-        if self.status == "discarded":
+        if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
         tl.mark("response_done")
         tl.counters.update(
@@ -499,7 +465,8 @@ class Reply:
             session_id=self.ctx.session_id,
             preempted=tl.counters.get("preempted", False),
         )
-        if self.barge_in is not None and self.status == "interrupted":  # not a backchannel's
+        # Only an interrupt is a barge-in: a backchannel's pause is not reported.
+        if self.barge_in is not None and self.status is ReplyStatus.INTERRUPTED:
             tl.counters["barge_in"] = self.barge_in.as_dict()
         record: dict[str, Any] = tl.as_dict()
         self.record = record
@@ -524,34 +491,9 @@ class Reply:
                     round(self.audio_ns / 1e6, 1),
                     self.first_seq,
                     self.last_seq,
-                    self.reason,
+                    self._outcome.reason,
                     generated_text=self.generated.strip(),
                     heard_ms=self.heard_ms,
                 )
             )
             await self._emit(TurnMetrics(self.turn_id, record))
-
-
-class _Framer:
-    """Cut a byte stream of PCM16 into fixed-size frames; the last one may be short."""
-
-    def __init__(self, samples_per_frame: int) -> None:
-        self.size = samples_per_frame * 2
-        self._buf = bytearray()
-
-    def push(self, pcm: bytes) -> list[bytes]:
-        self._buf += pcm
-        out = []
-        while len(self._buf) >= self.size:
-            out.append(bytes(self._buf[: self.size]))
-            del self._buf[: self.size]
-        return out
-
-    def flush(self, pad: bool = False) -> list[bytes]:
-        """What is left: a short frame, or with ``pad`` a whole one ending in silence (for
-        audio that more audio follows, such as the filler: only a reply's very last frame
-        may be short)."""
-        rest, self._buf = bytes(self._buf), bytearray()
-        if rest and pad:
-            rest += bytes(self.size - len(rest))
-        return [rest] if rest else []

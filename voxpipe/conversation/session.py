@@ -40,14 +40,14 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.history import History
 from voxpipe.conversation.partials import PartialTranscripts
-from voxpipe.conversation.playback import PlaybackTracker
-from voxpipe.conversation.reply import BargeIn, Pacer, Reply, ReplyContext, SendAudio, SendEvent
+from voxpipe.conversation.playback import Pacer, PlaybackTracker
+from voxpipe.conversation.reply import Reply, ReplyContext, SendAudio, SendEvent
 from voxpipe.conversation.services import CallRecord, Runners, Services
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
 from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, ChatMessage, LlmUsage, Role
 from voxpipe.engines.runner import JobClock
-from voxpipe.observability.timeline import TurnTimeline
+from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
 __all__ = ["CallRecord", "Runners", "Services", "Session", "new_call_id", "new_session_id"]
 
@@ -668,8 +668,7 @@ class Session:
         reply = self._speaking_reply()
         if reply is None:
             return False
-        await reply.interrupt(time.monotonic_ns())
-        reply.status, reply.reason = "cancelled", "cancelled by the client"
+        await reply.cancel_by_client(time.monotonic_ns())
         return True
 
     async def truncate_reply(self, turn_id: int, audio_end_ms: float) -> str | None:

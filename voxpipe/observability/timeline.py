@@ -91,3 +91,26 @@ class TurnTimeline:
             "queue_ms": {k: round(v * 1000, 3) for k, v in self.queue_s.items()},
             **self.counters,
         }
+
+
+@dataclass
+class BargeIn:
+    """The moments of one barge-in, from the caller's first speech to the reply's silence:
+    how fast a reply yields is what the caller feels (``voxpipe_barge_in_seconds``)."""
+
+    speech_start_ns: int  # arrival of the first window of the caller's speech
+    paused_ns: int = 0
+    decided_ns: int = 0
+    cancelled_ns: int = 0  # LLM and TTS jobs have stopped
+    last_frame_ns: int = 0  # the last reply frame handed to the transport
+
+    def as_dict(self) -> dict[str, float | None]:
+        def since(ns: int) -> float | None:
+            return round((ns - self.speech_start_ns) / 1e6, 1) if ns else None
+
+        return {
+            "pause_ms": since(self.paused_ns),
+            "decide_ms": since(self.decided_ns),
+            "stop_ms": since(self.last_frame_ns),
+            "cancel_ms": since(self.cancelled_ns),
+        }
