@@ -57,8 +57,8 @@ models: install
 	$(BIN)/voxpipe models
 
 lint: install
-	$(BIN)/ruff check voxpipe tests
-	$(BIN)/ruff format --check voxpipe tests
+	$(BIN)/ruff check voxpipe bench tests
+	$(BIN)/ruff format --check voxpipe bench tests
 	$(BIN)/lint-imports
 
 typecheck: install
@@ -74,11 +74,11 @@ test: install sysdeps lint typecheck
 	$(BIN)/pytest -q tests
 
 bench: install sysdeps
-	$(BIN)/voxpipe bench-caller
-	$(BIN)/voxpipe bench-caller --starts 4 --calls 2 --turns 8 --transports twilio --no-isolated --out bench-results/first-call.json
-	$(BIN)/voxpipe bench
-	$(BIN)/voxpipe bench-transports
-	$(BIN)/voxpipe bench-cluster
+	$(BIN)/python -m bench caller
+	$(BIN)/python -m bench caller --starts 4 --calls 2 --turns 8 --transports twilio --no-isolated --out bench-results/first-call.json
+	$(BIN)/python -m bench conversation
+	$(BIN)/python -m bench transports
+	$(BIN)/python -m bench cluster
 
 # The most concurrent calls this machine holds at p99 voice-to-voice < 1.5 s (bench-results/load/).
 load: install sysdeps

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import websockets
 
-from voxpipe.bench.server_process import ServerProcess
 from voxpipe.clients.native_client import NativeClient
+from voxpipe.loadtest.server_process import ServerProcess
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 CARDS = Path("/usr/share/pocketsphinx/test/data/cards")

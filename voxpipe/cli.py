@@ -1,4 +1,8 @@
-"""``voxpipe`` command line: serve, call, models, bench, config."""
+"""``voxpipe`` command line: serve, cluster, call, models, config, calls, load.
+
+The research benchmarks are not here: they live in the top-level ``bench`` package
+(``python -m bench``), which the product never imports.
+"""
 
 from __future__ import annotations
 
@@ -281,40 +285,10 @@ def cmd_calls(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from voxpipe.bench.conversation import main as bench_main
-
-    return bench_main(args)
-
-
 def cmd_load(args: argparse.Namespace) -> int:
-    from voxpipe.bench.load import main as load_main
+    from voxpipe.loadtest.load import main as load_main
 
     return load_main(args)
-
-
-def cmd_bench_transports(args: argparse.Namespace) -> int:
-    from voxpipe.bench.transports import main as transports_main
-
-    return transports_main(args)
-
-
-def cmd_bench_caller(args: argparse.Namespace) -> int:
-    from voxpipe.bench.caller_bench import main as caller_main
-
-    return caller_main(args)
-
-
-def cmd_bench_cluster(args: argparse.Namespace) -> int:
-    from voxpipe.bench.cluster import main as cluster_main
-
-    return cluster_main(args)
-
-
-def cmd_bench_stt(args: argparse.Namespace) -> int:
-    from voxpipe.bench.stt import main as stt_main
-
-    return stt_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -365,97 +339,6 @@ def build_parser() -> argparse.ArgumentParser:
     calls.add_argument("--limit", type=int, default=50)
     calls.add_argument("--json", action="store_true")
     calls.set_defaults(func=cmd_calls)
-
-    bench = sub.add_parser("bench", help="latency benchmark over a scripted spoken conversation")
-    bench.add_argument("--config", type=Path)
-    bench.add_argument("--reps", type=int, default=3, help="calls, each the whole conversation")
-    bench.add_argument("--port", type=int, default=8799)
-    bench.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
-    bench.add_argument(
-        "--interruptions", type=int, default=20, help="barge-ins to measure (0 = skip turn-taking)"
-    )
-    bench.add_argument(
-        "--preempt-reps", type=int, default=1, help="calls per mode, preemption on vs off"
-    )
-    bench.set_defaults(func=cmd_bench)
-
-    transports = sub.add_parser(
-        "bench-transports", help="the bench conversation through every transport: overhead"
-    )
-    transports.add_argument("--config", type=Path)
-    transports.add_argument("--calls", type=int, default=2, help="calls per transport")
-    transports.add_argument("--turns", type=int, default=5, help="turns per call")
-    transports.add_argument(
-        "--transports", default="native,openai_realtime,twilio,webrtc", help="comma-separated"
-    )
-    transports.add_argument("--warmup-turns", type=int, default=1, help="native, not counted")
-    transports.add_argument("--port", type=int, help="server port (default: a free one)")
-    transports.add_argument("--out", type=Path, default=Path("bench-results/transports.json"))
-    transports.set_defaults(func=cmd_bench_transports)
-
-    caller = sub.add_parser(
-        "bench-caller",
-        help="what a caller hears over Twilio and native: first answer audio, fillers, "
-        "interrupted answers, stage compute vs each engine alone",
-    )
-    caller.add_argument("--config", type=Path, help="base server config (JSON)")
-    caller.add_argument("--calls", type=int, default=2, help="calls per transport")
-    caller.add_argument("--turns", type=int, default=20, help="sentences per call")
-    caller.add_argument(
-        "--starts",
-        type=int,
-        default=1,
-        help="fresh servers in turn; with 2 or more, each first call is compared with a later "
-        "call of the same sentences",
-    )
-    caller.add_argument("--transports", default="twilio,native", help="comma-separated")
-    caller.add_argument(
-        "--gap-ms", type=int, default=1500, help="quiet after which the caller talks anyway"
-    )
-    caller.add_argument(
-        "--pause-ms", type=int, default=300, help="the caller's pause after an answer"
-    )
-    caller.add_argument("--no-filler", action="store_true", help="serve with the filler off")
-    caller.add_argument(
-        "--no-isolated", dest="isolated", action="store_false", help="skip the engines alone"
-    )
-    caller.add_argument("--port", type=int, help="server port (default: a free one)")
-    caller.add_argument(
-        "--timelines",
-        type=Path,
-        help="analyse the calls of an earlier run (its caller-timelines.json) instead of "
-        "holding new ones",
-    )
-    caller.add_argument("--out", type=Path, default=Path("bench-results/caller.json"))
-    caller.set_defaults(func=cmd_bench_caller)
-
-    bench_cluster = sub.add_parser(
-        "bench-cluster", help="LocalCluster: TTFT with session affinity vs round-robin; failover"
-    )
-    bench_cluster.add_argument("--sessions", type=int, default=3, help="sessions per mode")
-    bench_cluster.add_argument("--turns", type=int, default=5, help="turns per session")
-    bench_cluster.add_argument("--failovers", type=int, default=3, help="worker kills (0 = skip)")
-    bench_cluster.add_argument("--workers", type=int, default=2)
-    bench_cluster.add_argument("--warmup-turns", type=int, default=1, help="per worker, uncounted")
-    bench_cluster.add_argument("--port", type=int, help="nginx port (default: a free run)")
-    bench_cluster.add_argument("--redis-port", type=int, help="default: a free one")
-    bench_cluster.add_argument("--out", type=Path, default=Path("bench-results/cluster.json"))
-    bench_cluster.set_defaults(func=cmd_bench_cluster)
-
-    bench_stt = sub.add_parser(
-        "bench-stt", help="Whisper in fitted windows vs the 30 s window: WER and compute time"
-    )
-    bench_stt.add_argument("--config", type=Path)
-    bench_stt.add_argument("--reps", type=int, default=3, help="passes over the corpus")
-    bench_stt.add_argument("--buckets", help="fitted window lengths in s, e.g. 5,10,20,30")
-    bench_stt.add_argument(
-        "--telephone", action="store_true", help="the clips as a phone call hears them (mu-law)"
-    )
-    bench_stt.add_argument(
-        "--pairs", action="store_true", help="also longer turns: pairs of clips, 0.3 s apart"
-    )
-    bench_stt.add_argument("--out", type=Path, default=Path("bench-results/stt.json"))
-    bench_stt.set_defaults(func=cmd_bench_stt)
 
     load = sub.add_parser("load", help="concurrent simulated callers; find the machine's capacity")
     load.add_argument("--calls", type=int, default=4, help="concurrent callers (one step)")

@@ -9,9 +9,9 @@ import jiwer
 import numpy as np
 import pytest
 
+from bench.stt import normalize
 from tests.support import ALSA, RunningServer, librivox_clips
 from voxpipe.audio.pcm import pcm16_to_float, read_wav
-from voxpipe.bench.stt import normalize
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.observability.timeline import OPTIONAL_STAGES, STAGES, order_violations
 

@@ -16,12 +16,12 @@ import pytest
 
 from tests.support import librivox_clips, start_server, stop_server, wait_ready
 from voxpipe.audio.pcm import read_wav
-from voxpipe.bench.server_process import free_port
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.config import Config, LlmConfig, RemoteLlmConfig
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
 from voxpipe.engines.loader import llm_model_path
 from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
+from voxpipe.loadtest.server_process import free_port
 
 pytestmark = pytest.mark.e2e
 

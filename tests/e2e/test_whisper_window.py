@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.stt import corpus_wer, normalize
 from tests.support import ALSA, CARDS, librivox_clips
 from voxpipe.audio.pcm import read_wav
 from voxpipe.audio.resample import resample
-from voxpipe.bench.stt import corpus_wer, normalize
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.whisper_stt import WhisperStt
 from voxpipe.engines.whisper_window import (

@@ -1,6 +1,6 @@
 """A caller on ``/v1/realtime`` through the official ``openai`` SDK, paced like a phone line.
 
-Used by ``voxpipe bench-transports``. Once connected it appends 20 ms of PCM16
+Used by ``python -m bench transports``. Once connected it appends 20 ms of PCM16
 at 24 kHz every 20 ms (``input_audio_buffer.append``) for as long as the call
 lasts: speech when something was said, silence otherwise, so the server's VAD
 hears real pauses, exactly as the native, Twilio and WebRTC callers do. Reply

@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 
 FULL_WINDOW_S = 30.0  # Whisper's native window; the encoder's positions end here
-# Measured with `voxpipe bench-stt` on Debian's speech clips: a 5 s bucket looped on two of
+# Measured with `python -m bench stt` on Debian's speech clips: a 5 s bucket looped on two of
 # 19 clips (1.1 and 1.6 s of cards) and, on the clips as a phone delivers them (8 kHz mu-law),
 # made more word errors than the 30 s window (ratio 1.14); 10 s looped on none of them and
 # matched the 30 s window's word error rate.

@@ -56,7 +56,7 @@ def render_nginx(
     """``deploy/nginx.conf.template`` with its three variables filled in.
 
     ``balance="round_robin"`` drops the template's ``hash ... consistent;`` line and nothing
-    else, so nginx round-robins connections: the baseline ``voxpipe bench-cluster`` measures
+    else, so nginx round-robins connections: the baseline ``python -m bench cluster`` measures
     session affinity against, not a way to deploy (every reconnect then rebuilds context).
     """
     if not TEMPLATE.exists():

@@ -1,5 +1,5 @@
-"""bench-caller's plumbing without a server: the conversation's order, the turn log followed
-as it grows, the server config it writes, and a recorded call saved and read back."""
+"""``python -m bench caller``'s plumbing without a server: the conversation's order, the turn
+log followed as it grows, the server config it writes, and a recorded call saved and read back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voxpipe.bench.caller_bench import (
+from bench.caller_bench import (
     LLM_SETTINGS,
     CallLog,
     Clip,
@@ -19,7 +19,7 @@ from voxpipe.bench.caller_bench import (
     conversation,
     timeline_json,
 )
-from voxpipe.bench.caller_turns import ReplyFrame, Sentence
+from bench.caller_turns import ReplyFrame, Sentence
 from voxpipe.config import Config
 
 MS = 1_000_000

@@ -1,12 +1,12 @@
-"""bench-caller's report: counts and percentiles per transport, and the in-server vs
+"""``python -m bench caller``'s report: counts and percentiles per transport, and the in-server vs
 isolated table, on recorded-style rows."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from voxpipe.bench.caller_report import caller_summary, render_markdown, stage_table, summarize_all
-from voxpipe.bench.caller_turns import AFTER_FILLER, ANSWERED, BEFORE_AUDIO, FAILED, INTERRUPTED
+from bench.caller_report import caller_summary, render_markdown, stage_table, summarize_all
+from bench.caller_turns import AFTER_FILLER, ANSWERED, BEFORE_AUDIO, FAILED, INTERRUPTED
 
 
 def row(

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from voxpipe.bench.caller_turns import (
+from bench.caller_turns import (
     AFTER_FILLER,
     ANSWERED,
     BEFORE_AUDIO,
@@ -259,7 +259,7 @@ def test_an_answer_that_came_as_the_caller_chose_to_talk_was_not_heard_first() -
     )
 
 
-# -- turns recorded by a run of `voxpipe bench-caller` (times relative to the sentence's end) --
+# -- turns recorded by a run of `python -m bench caller` (times relative to the sentence's end) --
 
 RECORDED_TURNS = json.loads((Path(__file__).parent / "data" / "caller_turns.json").read_text())
 

@@ -1,4 +1,5 @@
-"""bench-cluster's pure parts: the round-robin nginx config, turn rows, the aggregates."""
+"""``python -m bench cluster``'s pure parts: the round-robin nginx config, turn rows, the
+aggregates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from voxpipe.bench.cluster import (
+from bench.cluster import (
     answer_audio_ms,
     compare,
     integrity_problems,

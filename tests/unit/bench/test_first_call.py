@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from voxpipe.bench.first_call import first_call_summary, render_first_call
+from bench.first_call import first_call_summary, render_first_call
 
 
 def row(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from voxpipe.bench.person import Person, Phase, Speak, Why
+from bench.person import Person, Phase, Speak, Why
 
 MS = 1_000_000
 
@@ -97,7 +97,7 @@ def test_while_speaking_it_neither_listens_nor_talks() -> None:
 
 
 def test_on_recorded_turns_it_decides_as_it_did_in_the_run() -> None:
-    """Four turns recorded by `voxpipe bench-caller` (tests/unit/bench/data): replaying what
+    """Four turns recorded by `python -m bench caller` (tests/unit/bench/data): replaying what
     arrived and when the server's record was seen, the person takes the same decision, a
     little before its next words left (the clip's quiet start and the 20 ms frame clock)."""
     turns = json.loads((Path(__file__).parent / "data" / "caller_turns.json").read_text())

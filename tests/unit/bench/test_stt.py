@@ -1,4 +1,4 @@
-"""``voxpipe bench-stt``'s scoring and report, on recorded runs (no model)."""
+"""``python -m bench stt``'s scoring and report, on recorded runs (no model)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from voxpipe.bench.stt import (
+from bench.stt import (
     SpeechClip,
     band_of,
     corpus_wer,

@@ -1,4 +1,5 @@
-"""bench-transports' pure parts: voiced-audio detection, turn-log parsing, the aggregate."""
+"""``python -m bench transports``'s pure parts: voiced-audio detection, turn-log parsing, the
+aggregate."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import json
 
 import numpy as np
 
-from voxpipe.bench.transport_callers import cut_at_marks, first_voiced, frames_through, voiced
-from voxpipe.bench.transports import aggregate, render_markdown, turns_of, vad_speech_end_s
+from bench.transport_callers import cut_at_marks, first_voiced, frames_through, voiced
+from bench.transports import aggregate, render_markdown, turns_of, vad_speech_end_s
 from voxpipe.config import TurnConfig
 
 RATE = 16000

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from voxpipe.bench.server_process import free_port
+from voxpipe.loadtest.server_process import free_port
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 

@@ -18,9 +18,9 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from voxpipe.bench.server_process import free_port
 from voxpipe.config import AuthConfig, Config, StoreConfig
 from voxpipe.engines.base import Engines
+from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 from voxpipe.server.auth import (
     TRANSPORTS,

@@ -19,9 +19,9 @@ from websockets.asyncio.client import ClientConnection
 
 from tests.support import until_closed
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from voxpipe.bench.server_process import free_port
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
+from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 from voxpipe.server.websocket_protocol import WebSocketProtocol
 

@@ -28,9 +28,9 @@ import websockets
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.g711 import ulaw_encode
-from voxpipe.bench.server_process import free_port
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
+from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 
 TIMEOUT_S = 20.0

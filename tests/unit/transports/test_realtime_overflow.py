@@ -18,9 +18,9 @@ from tests.support import metric_value
 from tests.unit.conversation.test_inbound_overflow import SlowVad
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
 from tests.unit.transports.test_openai_realtime import TIMEOUT_S, connect, loud
-from voxpipe.bench.server_process import free_port
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
+from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 
 DROPPED = (

@@ -17,10 +17,10 @@ from aiortc.rtcsctptransport import WEBRTC_STRING
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.pcm import pcm16_to_float
-from voxpipe.bench.server_process import free_port
 from voxpipe.clients.webrtc_client import WebRTCClient
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
+from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 
 TIMEOUT_S = 20.0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from voxpipe.bench.load import buffer_ages
-from voxpipe.bench.scrape import Histogram, gauge, histograms, http_base
+from voxpipe.loadtest.load import buffer_ages
+from voxpipe.loadtest.scrape import Histogram, gauge, histograms, http_base
 
 PAGE = """# HELP voxpipe_buffer_age_seconds How long audio waited.
 # TYPE voxpipe_buffer_age_seconds histogram

@@ -1,4 +1,5 @@
-"""Run ``voxpipe serve`` as a child process, the way a user does (bench and tests)."""
+"""Run ``voxpipe serve`` as a child process, the way a user does (``voxpipe load``, the
+benchmarks in ``bench/`` and the tests)."""
 
 from __future__ import annotations
 

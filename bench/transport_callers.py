@@ -1,4 +1,4 @@
-"""One caller interface over the four transports, for ``voxpipe bench-transports``.
+"""One caller interface over the four transports, for ``python -m bench transports``.
 
 Each :class:`Caller` wraps the transport's own client (native, OpenAI Realtime,
 Twilio, WebRTC), which already speaks at real-time pace and plays the reply

@@ -6,9 +6,9 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from voxpipe.bench.aggregate import Memory, StepResult, summarize_step
-from voxpipe.bench.callers import CallRecord, TurnRecord
-from voxpipe.bench.report import cdf_svg, histogram_svg, render
+from voxpipe.loadtest.aggregate import Memory, StepResult, summarize_step
+from voxpipe.loadtest.callers import CallRecord, TurnRecord
+from voxpipe.loadtest.report import cdf_svg, histogram_svg, render
 
 
 def document() -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """``voxpipe load``: many concurrent callers, and the most calls a machine can hold.
 
-A step runs N simulated callers (``voxpipe.bench.callers``: real speech at
+A step runs N simulated callers (``voxpipe.loadtest.callers``: real speech at
 real-time pace, then listening) against one server for ``--duration`` seconds,
 and reports the voice-to-voice latency the callers felt (p50/p95/p99/max),
 the server's queue waits and buffer ages, calls refused at the door, turns
@@ -10,7 +10,7 @@ By default each step gets a fresh server, started here on a free port with
 ``--max-calls`` as its admission limit (large by default, so a step finds the
 machine's limit, not the configured one); ``--url`` points the callers at a
 running server instead. ``--find-capacity`` searches for the largest N whose
-p99 stays under ``--slo-ms`` (``voxpipe.bench.capacity``), then runs 2× that
+p99 stays under ``--slo-ms`` (``voxpipe.loadtest.capacity``), then runs 2× that
 to show what overload looks like. Results go to ``load.json`` and a
 self-contained ``load.html`` under ``--out``.
 """
@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voxpipe.bench.aggregate import Memory, StepResult, summarize_step
-from voxpipe.bench.callers import CallerPlan, Clip, librivox_clips, run_callers
-from voxpipe.bench.capacity import CapacitySearch
-from voxpipe.bench.report import render
-from voxpipe.bench.scrape import MemorySampler, histograms, http_base, scrape
-from voxpipe.bench.server_process import ServerProcess
-from voxpipe.bench.stats import table
+from voxpipe.loadtest.aggregate import Memory, StepResult, summarize_step
+from voxpipe.loadtest.callers import CallerPlan, Clip, librivox_clips, run_callers
+from voxpipe.loadtest.capacity import CapacitySearch
+from voxpipe.loadtest.report import render
+from voxpipe.loadtest.scrape import MemorySampler, histograms, http_base, scrape
+from voxpipe.loadtest.server_process import ServerProcess
+from voxpipe.loadtest.stats import table
 
 DEFAULT_MAX_CALLS = 1000  # admission far above what one machine holds
 SETTLE_S = 2.0  # between steps on a reused server: let the last calls' cleanup finish

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from voxpipe.bench.stats import summarize, table
 from voxpipe.clients.native_client import NativeClient, TurnResult
 from voxpipe.config import Config
+from voxpipe.loadtest.stats import summarize, table
 
 STORYTELLER = (
     "You are a storyteller on a phone call. Whatever the caller says, answer with a long story "

@@ -1,21 +1,21 @@
-"""``voxpipe bench-caller``: what a caller hears, over Twilio and the native protocol.
+"""``python -m bench caller``: what a caller hears, over Twilio and the native protocol.
 
 A fresh server with a one-line restaurant-assistant prompt, the LLM at
 temperature 0 and 60 tokens at most. Calls alternate between the transports
 (Twilio Media Streams: μ-law 8 kHz in 20 ms frames at real-time pace; the
 native protocol: PCM16). Each call is a conversation of real recorded speech,
 long read sentences (LibriVox) and short answers (card names, the alsa-utils
-voice samples) in turn, said by a :class:`~voxpipe.bench.person.Person`: it
+voice samples) in turn, said by a :class:`~bench.person.Person`: it
 listens to an answer to the end and then speaks, but talks into any 1.5 s of
 silence, as people do, so an answer that comes late is talked over.
 
 Everything is measured at the client: when the frame holding the caller's last
 loud sample left it, and when each reply frame arrived. The server's turn log,
 followed as it grows, says which frames are the filler ("One moment.") and
-which the answer (:mod:`voxpipe.bench.caller_turns`). After the calls the
+which the answer (:mod:`bench.caller_turns`). After the calls the
 server stops and the bench loads the same engines itself, warms them and runs
 each alone on the same inputs: the isolated floor beside each stage's
-in-server compute. Report: :mod:`voxpipe.bench.caller_report`.
+in-server compute. Report: :mod:`bench.caller_report`.
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from voxpipe.audio.g711 import ulaw_decode
-from voxpipe.audio.pcm import read_wav
-from voxpipe.bench.caller_report import render_markdown, summarize_all
-from voxpipe.bench.caller_turns import (
+from bench.caller_report import render_markdown, summarize_all
+from bench.caller_turns import (
     ReplyFrame,
     Sentence,
     answer_start,
@@ -48,9 +46,11 @@ from voxpipe.bench.caller_turns import (
     frames_between,
     heard_turn,
 )
-from voxpipe.bench.first_call import first_call_summary, render_first_call
-from voxpipe.bench.person import Person, Speak, Why
-from voxpipe.bench.transport_callers import NativeCaller, TwilioCaller, voiced
+from bench.first_call import first_call_summary, render_first_call
+from bench.person import Person, Speak, Why
+from bench.transport_callers import NativeCaller, TwilioCaller, voiced
+from voxpipe.audio.g711 import ulaw_decode
+from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import speech_end_sample, speech_start_sample
 from voxpipe.config import Config
 
@@ -174,7 +174,7 @@ class Line:
         elif transport == "twilio":
             self.caller = TwilioCaller(ws, instructions)
         else:
-            raise ValueError(f"bench-caller speaks {', '.join(TRANSPORTS)}, not {transport!r}")
+            raise ValueError(f"bench caller speaks {', '.join(TRANSPORTS)}, not {transport!r}")
 
     @property
     def session_id(self) -> str:
@@ -477,7 +477,7 @@ def isolated_floor(config: Config, rows: list[dict[str, Any]], logs: Sequence[Ca
       clock, so each turn's prefill finds the KV prefix warm, as the server's did;
     - TTS: each turn's first phrase, to its first chunk.
     """
-    from voxpipe.bench.transport_callers import as_the_server_hears
+    from bench.transport_callers import as_the_server_hears
     from voxpipe.conversation.chunker import ClauseChunker
     from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
     from voxpipe.engines.loader import load_engines
@@ -576,7 +576,7 @@ def hold_on_a_fresh_server(
     transports: Sequence[str],
     start: int = 0,
 ) -> tuple[list[CallLog], list[dict[str, Any]], float]:
-    from voxpipe.bench.server_process import ServerProcess
+    from voxpipe.loadtest.server_process import ServerProcess
 
     (workdir / "turns.jsonl").unlink(missing_ok=True)
     print(f"starting a fresh server (load average {load_average()}) ...", flush=True)
@@ -631,7 +631,7 @@ def main(args: argparse.Namespace) -> int:
     filler = repr(config.deadlines.filler) if config.deadlines.filler else "off"
     servers = "one server" if args.starts == 1 else f"{args.starts} fresh servers in turn"
     header = (
-        f"voxpipe bench-caller: {len(logs)} calls of {len(rows)} sentences of real speech "
+        f"bench caller: {len(logs)} calls of {len(rows)} sentences of real speech "
         f"in all ({', '.join(transports)} in turn), {servers}; LLM temperature 0, "
         f"max_tokens 60, prompt {PROMPT!r}; "
         f"end-of-turn silence {silence} ms; filler {filler} when the first token is later "

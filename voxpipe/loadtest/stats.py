@@ -1,4 +1,4 @@
-"""Percentiles and the plain-text tables the benchmarks print."""
+"""Percentiles and the plain-text tables that ``voxpipe load`` and the benchmarks print."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``voxpipe bench-stt``: the fitted Whisper window against the full 30 s window.
+"""``python -m bench stt``: the fitted Whisper window against the full 30 s window.
 
 Every clip of real speech with a known transcript that Debian ships is
 transcribed both ways on one model: the LibriVox sentences and card names of
@@ -34,9 +34,9 @@ import numpy as np
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav
 from voxpipe.audio.resample import resample
-from voxpipe.bench.callers import librivox_clips
 from voxpipe.config import Config
 from voxpipe.engines.base import STT_SAMPLE_RATE
+from voxpipe.loadtest.callers import librivox_clips
 
 POCKETSPHINX = Path("/usr/share/pocketsphinx/test/data")
 ALSA = Path("/usr/share/sounds/alsa")
@@ -360,7 +360,7 @@ def main(args: argparse.Namespace) -> int:
     load_after = loadavg()
     summary = summarize_runs(rows)
     header = (
-        f"voxpipe bench-stt: {stt.name}, {config.stt.threads} threads, "
+        f"bench stt: {stt.name}, {config.stt.threads} threads, "
         f"beam {config.stt.beam_size}, {'telephone (8 kHz mu-law) ' if args.telephone else ''}"
         f"buckets {'/'.join(f'{b:g}' for b in stt.buckets)} s vs 30 s; {args.reps} reps, "
         f"methods interleaved; load average {load_before} -> {load_after}"

@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from voxpipe.bench.callers import CallRecord, TurnRecord
-from voxpipe.bench.stats import summarize
+from voxpipe.loadtest.callers import CallRecord, TurnRecord
+from voxpipe.loadtest.stats import summarize
 
 FAILED_STATUSES = frozenset({"failed", "timeout", "unknown"})
 

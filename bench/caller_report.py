@@ -1,7 +1,7 @@
-"""The report of ``voxpipe bench-caller``: per transport, what the caller heard and where
+"""The report of ``python -m bench caller``: per transport, what the caller heard and where
 the time went, each engine's compute in the server beside the same engine alone.
 
-Pure functions of the per-turn rows (:func:`voxpipe.bench.caller_turns.heard_turn`
+Pure functions of the per-turn rows (:func:`bench.caller_turns.heard_turn`
 plus ``transport``, ``server`` and ``isolated``), so the tables are tested on
 recorded rows.
 """
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from voxpipe.bench.caller_turns import (
+from bench.caller_turns import (
     AFTER_FILLER,
     ANSWERED,
     BEFORE_AUDIO,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voxpipe.bench.capacity import CapacitySearch
+from voxpipe.loadtest.capacity import CapacitySearch
 
 
 def run_search(capacity: int, max_calls: int = 64) -> CapacitySearch:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from voxpipe.bench.aggregate import Memory, StepResult, meets_slo, summarize_step
-from voxpipe.bench.callers import CallerPlan, CallRecord, TurnRecord
+from voxpipe.loadtest.aggregate import Memory, StepResult, meets_slo, summarize_step
+from voxpipe.loadtest.callers import CallerPlan, CallRecord, TurnRecord
 
 
 def turn(call: int, v2v: float | None, status: str = "completed") -> TurnRecord:

@@ -1,4 +1,4 @@
-"""``voxpipe bench-cluster``: what session affinity saves, and how long a worker's death costs.
+"""``python -m bench cluster``: what session affinity saves, and how long a worker's death costs.
 
 Two measurements on :class:`~voxpipe.server.local_cluster.LocalCluster` (Redis, the
 ``--workers`` supervisor and nginx rendered from ``deploy/nginx.conf.template``):
@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from voxpipe.bench.scrape import counter, histograms, scrape
-from voxpipe.bench.stats import summarize
 from voxpipe.clients.native_client import NativeClient, TurnResult
+from voxpipe.loadtest.scrape import counter, histograms, scrape
+from voxpipe.loadtest.stats import summarize
 from voxpipe.server.local_cluster import Balance, LocalCluster, free_port_run
 
 MODES: dict[str, Balance] = {"affinity": "session", "round_robin": "round_robin"}
@@ -158,8 +158,8 @@ class Clip:
 
 
 def load_clips() -> list[Clip]:
-    """The ``voxpipe bench`` conversation's clips (Debian's pocketsphinx test speech)."""
-    from voxpipe.bench.conversation import load_script
+    """The clips of ``python -m bench conversation`` (Debian's pocketsphinx test speech)."""
+    from bench.conversation import load_script
 
     return [Clip(path.name, audio, rate) for path, audio, rate in load_script()]
 
@@ -526,10 +526,10 @@ def _cells(stats: dict[str, float], width: int = 6) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """The compact table ``voxpipe bench-cluster`` prints."""
+    """The compact table ``python -m bench cluster`` prints."""
     summary, cmp, params = report["summary"], report["compare"], report["params"]
     lines = [
-        f"voxpipe bench-cluster: {params['workers']} workers, {params['sessions']} sessions x "
+        f"bench cluster: {params['workers']} workers, {params['sessions']} sessions x "
         f"{params['turns']} turns per mode, a new connection every turn; first-turn prompt "
         f"{report.get('first_turn_prompt_tokens') or '?'} tokens (mostly the system prompt)",
         "",

@@ -1,7 +1,7 @@
 """The first call after a fresh start, beside steady-state calls that said the same words.
 
 A first call is only comparable with a later call of the same sentences: a long read
-sentence takes longer to answer than a card name, whenever it comes. So ``bench-caller
+sentence takes longer to answer than a card name, whenever it comes. So ``python -m bench caller
 --starts N`` starts N fresh servers and gives call ``c`` of start ``s`` conversation
 ``s + c``: conversation ``k`` is the first call of start ``k`` and a later call of start
 ``k - 1``, with a different call before it (no KV prefix shared beyond the system

@@ -1,4 +1,4 @@
-"""A caller that takes turns like a person on the phone, for ``voxpipe bench-caller``.
+"""A caller that takes turns like a person on the phone, for ``python -m bench caller``.
 
 A person says something, then waits. When the agent's voice comes, they listen
 until it has played out, pause briefly and say the next thing. When the line

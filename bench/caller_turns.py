@@ -1,6 +1,6 @@
 """What the caller heard in each turn, from the audio's arrival at the client.
 
-``voxpipe bench-caller`` records, per sentence the caller said, when its last
+``python -m bench caller`` records, per sentence the caller said, when its last
 loud sample left the client, when its next sentence began, and every reply
 frame with its arrival time. The server's turn record says what the turn was
 (transcript, reply, status) and whether a filler went first. This module joins
@@ -237,7 +237,7 @@ def heard_turn(
 def spread(values: Iterable[float | None]) -> dict[str, float]:
     """Percentiles with both measures of jitter the targets use: p99 - p50 and the standard
     deviation."""
-    from voxpipe.bench.stats import summarize
+    from voxpipe.loadtest.stats import summarize
 
     data = [v for v in values if v is not None]
     out = summarize(data)

@@ -1,6 +1,6 @@
-"""``voxpipe bench-transports``: the bench conversation through every transport.
+"""``python -m bench transports``: the bench conversation through every transport.
 
-One fresh server; the same scripted spoken conversation as ``voxpipe bench``
+One fresh server; the same scripted spoken conversation as ``python -m bench conversation``
 (real human speech, real-time pace, each turn answered and heard out before
 the next) is held through the native protocol, OpenAI Realtime (the official
 SDK), Twilio Media Streams and WebRTC, N calls of M turns each, the calls of
@@ -8,7 +8,7 @@ the transports interleaved so a noisy minute of a shared machine hurts them
 alike. Per turn we take voice-to-voice latency twice:
 
 - client: the last loud sample of the caller's speech leaving the client, to
-  the first voiced reply audio arriving (:mod:`voxpipe.bench.transport_callers`);
+  the first voiced reply audio arriving (:mod:`bench.transport_callers`);
 - server: the turn log's ``voice_to_voice_ms``, from the arrival of the last
   speech sample the server's VAD heard to the first reply frame leaving.
 
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from voxpipe.bench.stats import summarize
 from voxpipe.clients.native_client import speech_end_sample
 from voxpipe.config import Config, TurnConfig
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
+from voxpipe.loadtest.stats import summarize
 
 TURN_TIMEOUT_S = 90.0
 FIRST_VOICE_GRACE_S = 3.0  # after the server's turn record, for voiced audio still in flight
@@ -125,8 +125,8 @@ def prepare_clips(turns: int, config: Config, transports: Sequence[str]) -> list
     resampling move it), at every place a 20 ms frame grid can put the clip against the
     VAD's windows; the median.
     """
-    from voxpipe.bench.conversation import load_script
-    from voxpipe.bench.transport_callers import as_the_server_hears
+    from bench.conversation import load_script
+    from bench.transport_callers import as_the_server_hears
     from voxpipe.engines.silero_vad import SileroVad
 
     vad = SileroVad()
@@ -229,7 +229,7 @@ async def run_all(
     warmup_turns: int,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every transport's calls, interleaved; returns (turn rows, failed calls)."""
-    from voxpipe.bench.transport_callers import make_caller
+    from bench.transport_callers import make_caller
 
     if warmup_turns:
         print(f"warm-up: {warmup_turns} native turn(s), not counted", flush=True)
@@ -352,7 +352,7 @@ def render_markdown(summary: dict[str, dict[str, Any]], header: str = "") -> str
 
 
 def main(args: argparse.Namespace) -> int:
-    from voxpipe.bench.server_process import ServerProcess
+    from voxpipe.loadtest.server_process import ServerProcess
 
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     config = Config.load(args.config)
@@ -377,7 +377,7 @@ def main(args: argparse.Namespace) -> int:
         server.stop()
     summary = aggregate(rows, failures, transports)
     header = (
-        f"voxpipe bench-transports: {args.calls} calls x {args.turns} turns of real speech per "
+        f"bench transports: {args.calls} calls x {args.turns} turns of real speech per "
         f"transport, one server, end-of-turn silence {config.turn.silence_ms} ms"
     )
     text = render_markdown(summary, header)

@@ -6,8 +6,8 @@ import pytest
 from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
 from websockets.frames import Close
 
-from voxpipe.bench.callers import LIBRIVOX, librivox_clips, refusal_code
 from voxpipe.clients.native_client import NativeClient
+from voxpipe.loadtest.callers import LIBRIVOX, librivox_clips, refusal_code
 
 CLIENT = NativeClient("ws://127.0.0.1:1/v1/voice")
 

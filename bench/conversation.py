@@ -1,4 +1,4 @@
-"""``voxpipe bench``: latency of a scripted spoken conversation, end to end.
+"""``python -m bench conversation``: latency of a scripted spoken conversation, end to end.
 
 A fresh server is started (so the first call really is the first after
 start-up), then a client plays a 10-turn conversation of real human speech at
@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from bench import turn_taking
 from voxpipe.audio.pcm import read_wav
 from voxpipe.audio.resample import resample
-from voxpipe.bench import turn_taking
-from voxpipe.bench.server_process import ServerProcess
-from voxpipe.bench.stats import summarize, table
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.config import Config
+from voxpipe.loadtest.server_process import ServerProcess
+from voxpipe.loadtest.stats import summarize, table
 
 SPEECH = Path("/usr/share/pocketsphinx/test/data")
 SCRIPT = [
@@ -210,8 +210,9 @@ def report(
 def render(summary: dict[str, Any]) -> str:
     w = summary["warm_start"]
     sections = [
-        f"voxpipe bench: {summary['calls']} calls x {summary['turns'] // summary['calls']} turns "
-        f"of real speech, {summary['completed_turns']} completed; end-of-turn silence "
+        f"bench conversation: {summary['calls']} calls x "
+        f"{summary['turns'] // summary['calls']} turns of real speech, "
+        f"{summary['completed_turns']} completed; end-of-turn silence "
         f"{summary['silence_ms']} ms; server ready {summary['ready_after_start_s']} s after start",
         "",
         table([("voice-to-voice (client)", summary["voice_to_voice_ms"]),

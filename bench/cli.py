@@ -1,0 +1,147 @@
+"""The command line of the research benchmarks: ``python -m bench COMMAND``.
+
+Each command starts its own servers (or cluster) and writes to ``bench-results/``. A
+command's module is imported only when it runs, so ``--help`` and one benchmark do not load
+the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def cmd_conversation(args: argparse.Namespace) -> int:
+    from bench.conversation import main as conversation_main
+
+    return conversation_main(args)
+
+
+def cmd_transports(args: argparse.Namespace) -> int:
+    from bench.transports import main as transports_main
+
+    return transports_main(args)
+
+
+def cmd_caller(args: argparse.Namespace) -> int:
+    from bench.caller_bench import main as caller_main
+
+    return caller_main(args)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from bench.cluster import main as cluster_main
+
+    return cluster_main(args)
+
+
+def cmd_stt(args: argparse.Namespace) -> int:
+    from bench.stt import main as stt_main
+
+    return stt_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    conversation = sub.add_parser(
+        "conversation", help="latency benchmark over a scripted spoken conversation"
+    )
+    conversation.add_argument("--config", type=Path)
+    conversation.add_argument(
+        "--reps", type=int, default=3, help="calls, each the whole conversation"
+    )
+    conversation.add_argument("--port", type=int, default=8799)
+    conversation.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
+    conversation.add_argument(
+        "--interruptions", type=int, default=20, help="barge-ins to measure (0 = skip turn-taking)"
+    )
+    conversation.add_argument(
+        "--preempt-reps", type=int, default=1, help="calls per mode, preemption on vs off"
+    )
+    conversation.set_defaults(func=cmd_conversation)
+
+    transports = sub.add_parser(
+        "transports", help="the bench conversation through every transport: overhead"
+    )
+    transports.add_argument("--config", type=Path)
+    transports.add_argument("--calls", type=int, default=2, help="calls per transport")
+    transports.add_argument("--turns", type=int, default=5, help="turns per call")
+    transports.add_argument(
+        "--transports", default="native,openai_realtime,twilio,webrtc", help="comma-separated"
+    )
+    transports.add_argument("--warmup-turns", type=int, default=1, help="native, not counted")
+    transports.add_argument("--port", type=int, help="server port (default: a free one)")
+    transports.add_argument("--out", type=Path, default=Path("bench-results/transports.json"))
+    transports.set_defaults(func=cmd_transports)
+
+    caller = sub.add_parser(
+        "caller",
+        help="what a caller hears over Twilio and native: first answer audio, fillers, "
+        "interrupted answers, stage compute vs each engine alone",
+    )
+    caller.add_argument("--config", type=Path, help="base server config (JSON)")
+    caller.add_argument("--calls", type=int, default=2, help="calls per transport")
+    caller.add_argument("--turns", type=int, default=20, help="sentences per call")
+    caller.add_argument(
+        "--starts",
+        type=int,
+        default=1,
+        help="fresh servers in turn; with 2 or more, each first call is compared with a later "
+        "call of the same sentences",
+    )
+    caller.add_argument("--transports", default="twilio,native", help="comma-separated")
+    caller.add_argument(
+        "--gap-ms", type=int, default=1500, help="quiet after which the caller talks anyway"
+    )
+    caller.add_argument(
+        "--pause-ms", type=int, default=300, help="the caller's pause after an answer"
+    )
+    caller.add_argument("--no-filler", action="store_true", help="serve with the filler off")
+    caller.add_argument(
+        "--no-isolated", dest="isolated", action="store_false", help="skip the engines alone"
+    )
+    caller.add_argument("--port", type=int, help="server port (default: a free one)")
+    caller.add_argument(
+        "--timelines",
+        type=Path,
+        help="analyse the calls of an earlier run (its caller-timelines.json) instead of "
+        "holding new ones",
+    )
+    caller.add_argument("--out", type=Path, default=Path("bench-results/caller.json"))
+    caller.set_defaults(func=cmd_caller)
+
+    cluster = sub.add_parser(
+        "cluster", help="LocalCluster: TTFT with session affinity vs round-robin; failover"
+    )
+    cluster.add_argument("--sessions", type=int, default=3, help="sessions per mode")
+    cluster.add_argument("--turns", type=int, default=5, help="turns per session")
+    cluster.add_argument("--failovers", type=int, default=3, help="worker kills (0 = skip)")
+    cluster.add_argument("--workers", type=int, default=2)
+    cluster.add_argument("--warmup-turns", type=int, default=1, help="per worker, uncounted")
+    cluster.add_argument("--port", type=int, help="nginx port (default: a free run)")
+    cluster.add_argument("--redis-port", type=int, help="default: a free one")
+    cluster.add_argument("--out", type=Path, default=Path("bench-results/cluster.json"))
+    cluster.set_defaults(func=cmd_cluster)
+
+    stt = sub.add_parser(
+        "stt", help="Whisper in fitted windows vs the 30 s window: WER and compute time"
+    )
+    stt.add_argument("--config", type=Path)
+    stt.add_argument("--reps", type=int, default=3, help="passes over the corpus")
+    stt.add_argument("--buckets", help="fitted window lengths in s, e.g. 5,10,20,30")
+    stt.add_argument(
+        "--telephone", action="store_true", help="the clips as a phone call hears them (mu-law)"
+    )
+    stt.add_argument(
+        "--pairs", action="store_true", help="also longer turns: pairs of clips, 0.3 s apart"
+    )
+    stt.add_argument("--out", type=Path, default=Path("bench-results/stt.json"))
+    stt.set_defaults(func=cmd_stt)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
