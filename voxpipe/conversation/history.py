@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from voxpipe.engines.base import ChatMessage, Role
 
@@ -42,6 +44,24 @@ class History:
         if self.summary:
             system += f"\n\nSummary of the call so far: {self.summary}"
         return [ChatMessage("system", system), *self.turns]
+
+    # -- saved with the call, so that another worker can carry it on ----------------
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "messages": [{"role": m.role, "content": m.content} for m in self.turns],
+            "summary": self.summary,
+            "summarized_messages": self.summarized_messages,
+            "system_prompt": self.system_prompt,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take up what :meth:`saved` wrote (the system prompt only if it had one)."""
+        self.turns = [ChatMessage(m["role"], m["content"]) for m in state.get("messages", [])]
+        self.summary = str(state.get("summary", ""))
+        self.summarized_messages = int(state.get("summarized_messages", 0))
+        if state.get("system_prompt"):
+            self.system_prompt = str(state["system_prompt"])
 
     # -- edits by a client (messages are found by identity: equal texts stay distinct) ----
 

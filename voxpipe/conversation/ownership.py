@@ -17,8 +17,8 @@ from typing import Protocol
 
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.conversation.principal import Principal
+from voxpipe.conversation.saved_state import state_owner
 from voxpipe.conversation.services import CallStore
-from voxpipe.conversation.session import state_owner
 
 
 class SessionOwners(Protocol):

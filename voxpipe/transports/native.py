@@ -40,8 +40,9 @@ from voxpipe.conversation.events import (
     SessionStarted,
     SessionUpdated,
 )
+from voxpipe.conversation.saved_state import continued_record, new_session_id, state_owner
 from voxpipe.conversation.services import Services
-from voxpipe.conversation.session import Session, continued_record, new_session_id, state_owner
+from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
     call_send_buffer,
     describe_error,

@@ -44,7 +44,8 @@ from voxpipe.conversation.events import (
     SessionStarted,
     SessionUpdated,
 )
-from voxpipe.conversation.session import Session, new_session_id
+from voxpipe.conversation.saved_state import new_session_id
+from voxpipe.conversation.session import Session
 from voxpipe.transports.base import describe_error
 from voxpipe.transports.call import Call, CallEnd
 from voxpipe.transports.native import (

@@ -13,8 +13,8 @@ from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.config import Config, TurnConfig
 from voxpipe.conversation.events import AudioOut, Event, ResponseDone
-from voxpipe.conversation.services import Filler
-from voxpipe.conversation.session import Runners, Services, Session
+from voxpipe.conversation.services import Filler, Runners, Services
+from voxpipe.conversation.session import Session
 from voxpipe.engines.base import Engines, VadEngine
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
