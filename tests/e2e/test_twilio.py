@@ -142,7 +142,9 @@ async def test_talking_over_the_reply_sends_clear(server: RunningServer) -> None
         await line.connect()
         line.say(*ask)
         await line.wait_for(lambda: line.of("media"), 90)
-        await asyncio.sleep(1.5)  # the caller hears a sentence or so
+        # The caller hears a sentence or so (played, not just sent: on a slow machine the
+        # reply's audio can come slower than it plays) before it talks over the reply.
+        await line.wait_for(lambda: line.played_s >= 1.5, 90)
         line.say(*interruption)
         (clear,) = await line.wait_for(lambda: line.of("clear"), 30)
         played_before_clear = line.played_s
