@@ -20,18 +20,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
-import uvicorn
 import websockets
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.transports.in_process import serving
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
-from voxpipe.loadtest.server_process import free_port
-from voxpipe.server.app import create_app
 
 TIMEOUT_S = 20.0
 FILLER = "One moment."
@@ -151,22 +148,8 @@ async def serve(turns: Path, tts: FakeTts) -> AsyncIterator[int]:
     def engines(config: Config) -> Engines:
         return Engines(FakeVad(), FakeStt("what is it"), FakeLlm(["Here it is."], delay_s=0.3), tts)
 
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(config, engines), port=port, log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            async with asyncio.timeout(TIMEOUT_S):
-                while True:
-                    if server.started and (await http.get("/readyz")).is_success:
-                        break
-                    await asyncio.sleep(0.02)
-            yield port
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(config, engines, TIMEOUT_S) as (port, _):
+        yield port
 
 
 def speech(rate: int) -> list[bytes]:

@@ -10,19 +10,16 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import numpy as np
-import uvicorn
 import websockets
 from openai import AsyncOpenAI
 
 from tests.realtime_client import RATE, Listener, silence
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.transports.in_process import serving
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
-from voxpipe.loadtest.server_process import free_port
-from voxpipe.server.app import create_app
 
 TIMEOUT_S = 20.0
 REPLY = ["Hello", " there", ", nice", " to meet", " you", "."]
@@ -51,24 +48,8 @@ async def serve(**sections: dict[str, Any]) -> AsyncIterator[int]:
             FakeTts(samples_per_clause=8000),
         )
 
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(config, engines), port=port, log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    try:
-        async with (
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
-            asyncio.timeout(TIMEOUT_S),
-        ):
-            while True:
-                if server.started and not (await http.get("/readyz")).is_error:
-                    break
-                await asyncio.sleep(0.02)
+    async with serving(config, engines, TIMEOUT_S) as (port, _):
         yield port
-    finally:
-        server.should_exit = True
-        await task
 
 
 @contextlib.asynccontextmanager

@@ -11,17 +11,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import uvicorn
 
 from tests.realtime_client import Listener
 from tests.support import metric_value
 from tests.unit.conversation.test_inbound_overflow import SlowVad
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
+from tests.unit.transports.in_process import serving
 from tests.unit.transports.test_openai_realtime import TIMEOUT_S, connect, loud
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
-from voxpipe.loadtest.server_process import free_port
-from voxpipe.server.app import create_app
 
 DROPPED = (
     'voxpipe_audio_dropped_seconds_total{direction="inbound",policy="drop_oldest",'
@@ -47,22 +45,8 @@ async def serve(vad_delay_s: float, **limits: Any) -> AsyncIterator[tuple[int, h
             FakeTts(samples_per_clause=800),
         )
 
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(config, engines), port=port, log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            async with asyncio.timeout(TIMEOUT_S):
-                while True:
-                    if server.started and not (await http.get("/readyz")).is_error:
-                        break
-                    await asyncio.sleep(0.02)
-            yield port, http
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(config, engines, TIMEOUT_S) as (port, http):
+        yield port, http
 
 
 def told_ms(rt: Listener) -> float:

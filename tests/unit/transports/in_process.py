@@ -1,0 +1,38 @@
+"""The real ASGI app on fake engines, served by uvicorn in the test's own event loop: the
+transports' wire protocols checked end to end in seconds, without a model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import uvicorn
+
+from voxpipe.config import Config
+from voxpipe.loadtest.server_process import free_port
+from voxpipe.server.app import EngineFactory, create_app
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    config: Config, engines: EngineFactory, timeout_s: float
+) -> AsyncIterator[tuple[int, httpx.AsyncClient]]:
+    """The app on a free port, once ``/readyz`` says ready; its port and an HTTP client."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(config, engines), port=port, log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    if server.started and (await http.get("/readyz")).is_success:
+                        break
+                    await asyncio.sleep(0.02)
+            yield port, http
+    finally:
+        server.should_exit = True
+        await task
