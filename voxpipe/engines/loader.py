@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines, LlmEngine
+from voxpipe.engines.base import Engines, LlmEngine, SttEngine, TtsEngine, VadEngine
 from voxpipe.engines.model_files import ensure_qwen, verify_file
 
 log = logging.getLogger("voxpipe.engines")
@@ -110,7 +110,13 @@ def load_engines(config: Config, warm: bool = True) -> Engines:
     log.info("models loaded in %.1f s", time.monotonic() - t0)
     if warm:
         for engine in (engines.vad, engines.stt, engines.llm, engines.tts):
-            t = time.monotonic()
-            engine.warmup()
-            log.info("warmed %s in %.2f s", engine.name, time.monotonic() - t)
+            warm_one(engine)
     return engines
+
+
+def warm_one(engine: VadEngine | SttEngine | LlmEngine | TtsEngine) -> None:
+    """One warm-up inference, timed in the log. Run it on the thread that will serve the
+    engine's calls (the server's runner): see ``server/app.py``."""
+    t = time.monotonic()
+    engine.warmup()
+    log.info("warmed %s in %.2f s", engine.name, time.monotonic() - t)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 
 from pydantic import ValidationError
@@ -33,7 +33,7 @@ from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.conversation.services import Filler, Runners
 from voxpipe.engines.base import Engines
-from voxpipe.engines.loader import load_engines
+from voxpipe.engines.loader import load_engines, warm_one
 from voxpipe.server import web
 from voxpipe.server.auth import (
     AuthError,
@@ -62,9 +62,7 @@ async def warm_up(engines: Engines, runners: Runners) -> None:
     """One warm-up inference per engine, in turn, each on the thread that will serve it."""
     for name in ("vad", "stt", "llm", "tts"):
         engine = getattr(engines, name)
-        t = time.monotonic()
-        await getattr(runners, name).call(engine.warmup)
-        log.info("warmed %s in %.2f s", engine.name, time.monotonic() - t)
+        await getattr(runners, name).call(functools.partial(warm_one, engine))
 
 
 def load_cold_engines(config: Config) -> Engines:
