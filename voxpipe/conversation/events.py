@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -183,3 +184,7 @@ class AudioOut:
     seq: int  # per session, strictly increasing across turns
     turn_id: int
     pcm: bytes
+
+
+SendEvent = Callable[[Event], Awaitable[None]]  # a session's events, to its transport
+SendAudio = Callable[[AudioOut], Awaitable[None]]  # a session's reply frames, to its transport

@@ -22,14 +22,13 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from voxpipe.audio.buffers import DropNotice, DropReports, JitterBuffer
-from voxpipe.conversation.events import AudioDropped, ErrorCode, Event
+from voxpipe.conversation.events import AudioDropped, ErrorCode, SendEvent
 from voxpipe.conversation.services import Services
 from voxpipe.engines.base import STT_SAMPLE_RATE
 
 log = logging.getLogger("voxpipe.session")
 
 Process = Callable[[bytes, int], Awaitable[None]]  # (PCM16, arrival in monotonic ns)
-SendEvent = Callable[[Event], Awaitable[None]]
 
 
 class Inbound:

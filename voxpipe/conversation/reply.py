@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,8 @@ from voxpipe.conversation.events import (
     PlaybackClear,
     ResponseDone,
     ResponseTextDelta,
+    SendAudio,
+    SendEvent,
     Transcript,
     TurnMetrics,
 )
@@ -48,9 +50,6 @@ from voxpipe.observability.timeline import BargeIn, TurnTimeline
 log = logging.getLogger("voxpipe.reply")
 
 TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio is needed
-
-SendEvent = Callable[[Event], Awaitable[None]]
-SendAudio = Callable[[AudioOut], Awaitable[None]]
 
 
 @dataclass

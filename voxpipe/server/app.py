@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -46,7 +45,7 @@ from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
 from voxpipe.server.worker import WorkerHeader
-from voxpipe.transports.base import Transport, describe_error
+from voxpipe.transports.base import Transport, Undecodable, decode_json, describe_error
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
 from voxpipe.transports.twilio import TwilioTransport
@@ -85,11 +84,9 @@ async def _token_request(request: Request) -> TokenRequest | Response:
         return Response(status_code=400)
     if not body.strip():
         return TokenRequest()
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        return error_response(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {reason}")
+    payload = decode_json(bytes(body), MAX_TOKEN_REQUEST_BYTES)
+    if isinstance(payload, Undecodable):
+        return error_response(payload.code, f"the body is not valid JSON: {payload.reason}")
     try:
         return TokenRequest.model_validate(payload)
     except ValidationError as exc:

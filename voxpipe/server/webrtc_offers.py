@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from pydantic import ValidationError
@@ -24,7 +23,7 @@ from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.server.auth import AuthError, Credentials
 from voxpipe.server.lifecycle import watch_call
 from voxpipe.server.state import ServerState
-from voxpipe.transports.base import describe_error
+from voxpipe.transports.base import Undecodable, decode_json, describe_error
 from voxpipe.transports.call import Call, CallEnd, CloseCode
 from voxpipe.transports.webrtc import OfferError, WebRTCConnection, WebRTCOffer
 
@@ -126,11 +125,9 @@ class WebRTCOffers:
                     )
         except ClientDisconnect:
             return Response(status_code=400)
-        try:
-            payload = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-            return self._refuse(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {reason}")
+        payload = decode_json(bytes(body), limit)
+        if isinstance(payload, Undecodable):
+            return self._refuse(payload.code, f"the body is not valid JSON: {payload.reason}")
         try:
             return WebRTCOffer.model_validate(payload)
         except ValidationError as exc:

@@ -9,8 +9,10 @@ and it may close the call at any time by cancelling ``serve``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -103,3 +105,30 @@ async def end_on_invalid_text(call: Call, detail: str) -> None:
             CloseCode.INVALID_DATA,
         )
     )
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """Why a client's message is not a JSON value; each transport words its own error."""
+
+    code: ErrorCode  # MESSAGE_TOO_LARGE or INVALID_JSON
+    reason: str  # "exceeds 65536 bytes", or the parser's message ("Expecting value")
+    where: str = ""  # " at 12": the character the parser stopped at, when it says
+
+
+def decode_json(message: str | bytes, max_bytes: int) -> Any:
+    """The JSON value of a client's message, or :class:`Undecodable`. One guarded decode for
+    every wire: a message over ``max_bytes`` is not parsed, and neither a huge integer nor
+    deep nesting (``ValueError``, ``RecursionError``) escapes as an exception."""
+    if isinstance(message, bytes):
+        size = len(message)
+    else:  # a character is at most 4 bytes: most messages need no encoding to be measured
+        size = len(message) if len(message) * 4 <= max_bytes else len(message.encode())
+    if size > max_bytes:
+        return Undecodable(ErrorCode.MESSAGE_TOO_LARGE, f"exceeds {max_bytes} bytes")
+    try:
+        return json.loads(message)
+    except json.JSONDecodeError as exc:
+        return Undecodable(ErrorCode.INVALID_JSON, exc.msg, f" at {exc.pos}")
+    except (ValueError, RecursionError) as exc:  # huge ints, deep nesting, bad UTF-8 bytes
+        return Undecodable(ErrorCode.INVALID_JSON, type(exc).__name__)

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol
 
-from voxpipe.conversation.events import ErrorCode
+from voxpipe.config import TurnConfig
+from voxpipe.conversation.events import ErrorCode, SendAudio, SendEvent
 from voxpipe.conversation.ownership import SessionOwners
 from voxpipe.conversation.principal import ANONYMOUS, Principal
-from voxpipe.conversation.services import Services
+from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.session import Session
 
 
@@ -83,6 +84,26 @@ class LiveSessions(SessionOwners, Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Rates:
+    """A session's sample rates: the caller's audio in, the reply's audio out."""
+
+    input: int
+    output: int
+
+    @classmethod
+    def both(cls, rate: int) -> Rates:
+        return cls(rate, rate)
+
+
+@dataclass(frozen=True)
+class SessionSinks:
+    """Where a session's events and reply audio go: the transport's encoders."""
+
+    event: SendEvent
+    audio: SendAudio
+
+
 @dataclass(eq=False)
 class Call:
     """One admitted connection, as the server's lifecycle sees it."""
@@ -101,6 +122,33 @@ class Call:
     def attach(self, session: Session) -> None:
         self.session = session
         session.transport = self.transport
+
+    def open_session(
+        self,
+        session_id: str,
+        sinks: SessionSinks,
+        rates: Rates,
+        turn: TurnConfig | None = None,
+        instructions: str | None = None,
+        record: CallRecord | None = None,
+    ) -> Session:
+        """The one way a transport makes a session: the server's services, this call's
+        principal as its owner, attached to this call. ``record`` continues a call another
+        worker recorded (a restore); its owner is already in it."""
+        session = Session(
+            session_id,
+            self.services,
+            sinks.event,
+            sinks.audio,
+            input_sample_rate=rates.input,
+            output_sample_rate=rates.output,
+            turn_config=turn,
+            system_prompt=instructions,
+            owner=self.principal.id,
+            record=record,
+        )
+        self.attach(session)
+        return session
 
     async def end(self, why: CallEnd) -> None:
         """Close the call from the server side (idle, max duration, drain, replaced)."""

@@ -44,12 +44,14 @@ from voxpipe.conversation.saved_state import continued_record, new_session_id, s
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
+    Undecodable,
     call_send_buffer,
+    decode_json,
     describe_error,
     end_on_invalid_text,
     invalid_text,
 )
-from voxpipe.transports.call import Call, CallEnd, CloseCode
+from voxpipe.transports.call import Call, CallEnd, CloseCode, Rates, SessionSinks
 from voxpipe.transports.send_buffer import SendBuffer
 
 log = logging.getLogger("voxpipe.native")
@@ -107,6 +109,13 @@ class SessionUpdate(BaseModel):
 
     type: Literal["session.update"]
     turn: TurnOptions | None = None
+
+
+def native_decode_error(why: Undecodable) -> str:
+    """The native protocol's words for a message that is not JSON (or too big to read)."""
+    if why.code is ErrorCode.MESSAGE_TOO_LARGE:
+        return f"text message {why.reason}"
+    return f"not valid JSON: {why.reason}{why.where}"
 
 
 def error_text(code: ErrorCode, message: str) -> str:
@@ -200,6 +209,7 @@ class NativeConnection:
         self.session: Session | None = None
         self.outbound: Outbound | None = None
         self.sink = call_send_buffer(ws, call, "the client")
+        self.sinks = SessionSinks(self.send_event, self.send_audio)
 
     # -- sending ------------------------------------------------------------
 
@@ -304,18 +314,9 @@ class NativeConnection:
         await session.keep_up()
 
     async def _on_text(self, text: str) -> str | None:
-        if len(text.encode()) > self.cfg.server.max_message_bytes:
-            await self.error(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"text message exceeds {self.cfg.server.max_message_bytes} bytes",
-            )
-            return None
-        try:
-            payload = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
-            where = f" at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-            await self.error(ErrorCode.INVALID_JSON, f"not valid JSON: {reason}{where}")
+        payload = decode_json(text, self.cfg.server.max_message_bytes)
+        if isinstance(payload, Undecodable):
+            await self.error(payload.code, native_decode_error(payload))
             return None
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
             await self.error(
@@ -378,7 +379,7 @@ class NativeConnection:
             await self.error(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(exc))
             return
         if start.resume is not None:
-            await self._resume(start, start.resume, _Rates(in_rate, out_rate), turn)
+            await self._resume(start, start.resume, Rates(in_rate, out_rate), turn)
             return
         principal = self.call.principal
         session_id = start.session_id or principal.session_id or new_session_id()
@@ -390,18 +391,9 @@ class NativeConnection:
             return
         self.outbound = Outbound(out_rate, self.cfg.limits.replay_buffer_ms)
         self.outbound.sink = self.sink
-        self.session = Session(
-            session_id,
-            self.services,
-            self.send_event,
-            self.send_audio,
-            input_sample_rate=in_rate,
-            output_sample_rate=out_rate,
-            turn_config=turn,
-            system_prompt=start.instructions,
-            owner=principal.id,
+        self.session = self.call.open_session(
+            session_id, self.sinks, Rates(in_rate, out_rate), turn, start.instructions
         )
-        self.call.attach(self.session)
         self.session.persist()  # restorable elsewhere from its first word
         await self.send_event(self._started_event(self.session))
 
@@ -423,7 +415,7 @@ class NativeConnection:
         )
 
     async def _resume(
-        self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
+        self, start: SessionStart, since: ResumeFrom, rates: Rates, turn: TurnConfig
     ) -> None:
         """Take over a session whose connection dropped (or is about to be replaced)."""
         registry, principal = self.call.registry, self.call.principal
@@ -494,7 +486,7 @@ class NativeConnection:
         return state is not None and int(state.get("epoch", 0)) > session.record.epoch
 
     async def _restore(
-        self, start: SessionStart, since: ResumeFrom, rates: _Rates, turn: TurnConfig
+        self, start: SessionStart, since: ResumeFrom, rates: Rates, turn: TurnConfig
     ) -> bool:
         """Carry on a session this worker never held (its worker died, or the load balancer
         moved it) from the state in the shared store. Nothing can be replayed: the client
@@ -520,21 +512,17 @@ class NativeConnection:
         # Numbering goes on from where the client is; nothing before it can be replayed.
         outbound.last_event_id = outbound.forgotten_event_id = since.last_event_id
         outbound.forgotten_audio_seq = since.last_audio_seq
-        session = Session(
+        session = self.call.open_session(
             session_id,
-            self.services,
-            self.send_event,
-            self.send_audio,
-            input_sample_rate=rates.input,
-            output_sample_rate=rates.output,
-            turn_config=turn,
-            system_prompt=start.instructions,
+            self.sinks,
+            rates,
+            turn,
+            start.instructions,
             record=continued_record(state, session_id),  # its owner: this principal
         )
         outbound.input_samples = session.restore(state, audio_seq=since.last_audio_seq)
         outbound.last_audio_seq = since.last_audio_seq
         self.session, self.outbound = session, outbound
-        self.call.attach(session)
         session.counts["resumes"] += 1
         metrics.restores.labels("restored").inc()
         log.info(
@@ -579,12 +567,6 @@ def _close_session(services: Services) -> Callable[[Session], Coroutine[Any, Any
 
 class _BadRate(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class _Rates:
-    input: int
-    output: int
 
 
 def merge_turn(base: TurnConfig, options: TurnOptions | None) -> TurnConfig:

@@ -41,9 +41,14 @@ from voxpipe.conversation.events import (
     Transcript,
     TranscriptPartial,
 )
-from voxpipe.conversation.session import Session
-from voxpipe.transports.base import call_send_buffer, end_on_invalid_text, invalid_text
-from voxpipe.transports.call import Call
+from voxpipe.transports.base import (
+    Undecodable,
+    call_send_buffer,
+    decode_json,
+    end_on_invalid_text,
+    invalid_text,
+)
+from voxpipe.transports.call import Call, Rates, SessionSinks
 from voxpipe.transports.realtime_audio import (
     SESSION_RATE,
     BadAudio,
@@ -146,16 +151,12 @@ class RealtimeConnection:
         self.sink = call_send_buffer(ws, call, "the client", text_only=True)
         self.items = Items(MAX_ITEMS)
         self.inbound = InboundAudio(self.settings.input_format)
-        self.session = Session(
+        self.session = call.open_session(
             self.settings.id,
-            self.services,
-            self._on_event,
-            self._on_audio,
-            input_sample_rate=SESSION_RATE,
-            output_sample_rate=SESSION_RATE,
-            turn_config=vad.turn_config(self.cfg.turn),
-            system_prompt=self.settings.instructions,
-            owner=call.principal.id,
+            SessionSinks(self._on_event, self._on_audio),
+            Rates.both(SESSION_RATE),
+            vad.turn_config(self.cfg.turn),
+            self.settings.instructions,
         )
         self._speech_item: str | None = None  # promised in speech_started, made at commit
         self._partial_sent: dict[str, str] = {}  # item -> transcription sent in deltas
@@ -192,7 +193,6 @@ class RealtimeConnection:
 
     async def run(self) -> None:
         writer = asyncio.create_task(self.sink.run(), name=f"send-{self.call.id}")
-        self.call.attach(self.session)
         self._emit("session.created", session=self.settings.wire(self.dialect))
         self._emit(
             "conversation.created",
@@ -226,27 +226,15 @@ class RealtimeConnection:
             await asyncio.gather(writer, return_exceptions=True)
 
     async def _on_text(self, text: str) -> None:
-        limit = self.cfg.server.max_message_bytes
-        if len(text) > limit // 4 and len(text.encode()) > limit:
-            self._error(
-                RealtimeError(
-                    ErrorCode.MESSAGE_TOO_LARGE.value,
-                    f"message exceeds {limit} bytes; send audio in smaller appends "
-                    "(20-100 ms each)",
-                )
+        payload = decode_json(text, self.cfg.server.max_message_bytes)
+        if isinstance(payload, Undecodable):
+            message = (
+                f"message {payload.reason}; send audio in smaller appends (20-100 ms each)"
+                if payload.code is ErrorCode.MESSAGE_TOO_LARGE
+                else f"We could not parse the JSON body of your request{payload.where}: "
+                f"{payload.reason}"
             )
-            return
-        try:
-            payload = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            where = f" at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
-            self._error(
-                RealtimeError(
-                    ErrorCode.INVALID_JSON.value,
-                    f"We could not parse the JSON body of your request{where}: "
-                    f"{getattr(exc, 'msg', type(exc).__name__)}",
-                )
-            )
+            self._error(RealtimeError(payload.code.value, message))
             return
         if not isinstance(payload, dict):
             self._error(RealtimeError("invalid_type", "an event must be a JSON object"))

@@ -47,13 +47,15 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
+    Undecodable,
     call_send_buffer,
     close_reason,
+    decode_json,
     describe_error,
     end_on_invalid_text,
     invalid_text,
 )
-from voxpipe.transports.call import Call, CloseCode
+from voxpipe.transports.call import Call, CloseCode, Rates, SessionSinks
 
 log = logging.getLogger("voxpipe.twilio")
 
@@ -278,13 +280,12 @@ class TwilioConnection:
 
     def _on_text(self, text: str) -> CloseCode | None:
         """Handle one message; a close code ends the call."""
-        if len(text) > self.cfg.server.max_message_bytes:  # over in characters: over in bytes
-            self._bad(ErrorCode.MESSAGE_TOO_LARGE, f"a message of {len(text)} characters")
-            return None
-        try:
-            payload = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
-            self._bad(ErrorCode.INVALID_JSON, f"not valid JSON: {type(exc).__name__}")
+        payload = decode_json(text, self.cfg.server.max_message_bytes)
+        if isinstance(payload, Undecodable):
+            reason = f"a message {payload.reason}"
+            if payload.code is ErrorCode.INVALID_JSON:
+                reason = f"not valid JSON: {payload.reason}{payload.where}"
+            self._bad(payload.code, reason)
             return None
         if not isinstance(payload, dict) or not isinstance(payload.get("event"), str):
             self._bad(ErrorCode.INVALID_EVENT, "a message is a JSON object with a string 'event'")
@@ -352,17 +353,12 @@ class TwilioConnection:
             self._bad(refusal.code, refusal.message)
             return CloseCode.POLICY
         self.stream_sid, self.call_sid = info.streamSid, info.callSid
-        self.session = Session(
+        self.session = self.call.open_session(
             info.streamSid,
-            self.services,
-            self.send_event,
-            self.send_audio,
-            input_sample_rate=SAMPLE_RATE,
-            output_sample_rate=SAMPLE_RATE,
-            system_prompt=instructions,
-            owner=self.call.principal.id,
+            SessionSinks(self.send_event, self.send_audio),
+            Rates.both(SAMPLE_RATE),
+            instructions=instructions,
         )
-        self.call.attach(self.session)
         log.info(
             "twilio stream %s started: call %s, %s, tracks %s, parameters %s",
             info.streamSid,

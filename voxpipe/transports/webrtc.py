@@ -45,14 +45,14 @@ from voxpipe.conversation.events import (
     SessionUpdated,
 )
 from voxpipe.conversation.saved_state import new_session_id
-from voxpipe.conversation.session import Session
-from voxpipe.transports.base import describe_error
-from voxpipe.transports.call import Call, CallEnd
+from voxpipe.transports.base import Undecodable, decode_json, describe_error
+from voxpipe.transports.call import Call, CallEnd, Rates, SessionSinks
 from voxpipe.transports.native import (
     PlaybackAck,
     SessionUpdate,
     TurnOptions,
     merge_turn,
+    native_decode_error,
 )
 from voxpipe.transports.webrtc_media import FRAME_MS, RATE, ReplyTrack, read_caller_audio
 
@@ -137,18 +137,13 @@ class WebRTCConnection:
         self._cleanup: asyncio.Future[None] | None = None
         self._invalid_text_logged = False
         self.track = ReplyTrack(self.cfg.audio.playback_lead_ms + 1000, self._played, self._dropped)
-        self.session = Session(
+        self.session = call.open_session(
             offer.session_id or call.principal.session_id or new_session_id(),
-            self.services,
-            self.send_event,
-            self.send_audio,
-            input_sample_rate=RATE,
-            output_sample_rate=RATE,
-            turn_config=turn,
-            system_prompt=offer.instructions,
-            owner=call.principal.id,
+            SessionSinks(self.send_event, self.send_audio),
+            Rates.both(RATE),
+            turn,
+            offer.instructions,
         )
-        call.attach(self.session)
 
     # -- signalling -----------------------------------------------------------
 
@@ -312,15 +307,9 @@ class WebRTCConnection:
                 return
 
     async def _on_text(self, text: str) -> str | None:
-        limit = self.cfg.server.max_message_bytes
-        if len(text.encode()) > limit:
-            await self.error(ErrorCode.MESSAGE_TOO_LARGE, f"text message exceeds {limit} bytes")
-            return None
-        try:
-            payload = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-            await self.error(ErrorCode.INVALID_JSON, f"not valid JSON: {reason}")
+        payload = decode_json(text, self.cfg.server.max_message_bytes)
+        if isinstance(payload, Undecodable):
+            await self.error(payload.code, native_decode_error(payload))
             return None
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
             await self.error(
