@@ -13,9 +13,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.conversation.resume import Detached
 from voxpipe.conversation.session import Session
 from voxpipe.observability.metrics import Metrics
-from voxpipe.transports.call import Call, CallEnd, CloseCode, Detached
+from voxpipe.transports.call import Call, CallEnd, CloseCode
 
 
 class CallRegistry:
@@ -100,6 +101,20 @@ class CallRegistry:
             entry.expiry.cancel()
         self._report()
         return entry
+
+    async def replace(self, session_id: str) -> None:
+        """End the connection on which ``session_id`` is live, if any: another connection
+        takes the session over. (The connection taking it over holds no session yet, so
+        it is never the one found.)"""
+        live = self.find_attached(session_id)
+        if live is not None:
+            await live.end(
+                CallEnd(
+                    ErrorCode.SESSION_REPLACED,
+                    "the session reconnected on another connection",
+                    CloseCode.REPLACED,
+                )
+            )
 
     def find_session(self, session_id: str) -> bool:
         """The id belongs to a live session, connected or waiting for a reconnect."""

@@ -14,7 +14,9 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from starlette.responses import JSONResponse
@@ -89,31 +91,50 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
 
 
 async def _run(ws: WebSocket, transport: Transport, state: ServerState, call: Call) -> None:
-    serving = asyncio.create_task(transport.serve(ws, call), name=f"call-{call.id}")
+    async def say_goodbye() -> None:
+        if call.ended is not None:
+            await _say_and_close(ws, transport, call.ended)
+
+    await run_call(call, transport.serve(ws, call), state, on_closed=say_goodbye)
+
+
+async def run_call(
+    call: Call,
+    serving: Coroutine[Any, Any, None],
+    state: ServerState,
+    on_closed: Callable[[], Awaitable[None]],
+    name: str = "call",
+) -> None:
+    """Serve an admitted call until it ends, whichever transport serves it: the watchdog
+    and :meth:`Call.end` may end it at any time, which cancels ``serving``. Once
+    ``serving`` is done, ``on_closed`` finishes the call on its wire (the goodbye, the
+    peer connection's close); only then does :meth:`Call.end` return."""
+    task = asyncio.create_task(serving, name=f"{name}-{call.id}")
     closed = asyncio.Event()
 
     async def end(why: CallEnd) -> None:
         log.info("ending call %s: %s", call.id, why.message)
         state.metrics.errors.labels(why.code).inc()
-        serving.cancel()
+        task.cancel()
         await closed.wait()
 
-    call._end = end
+    call.bind_end(end)
     watchdog = asyncio.create_task(watch_call(call, state), name=f"watch-{call.id}")
     try:
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(serving)
+            await asyncio.shield(task)
     finally:
-        if not serving.done():  # the connection's own task was cancelled (server exit)
-            serving.cancel()
+        if not task.done():  # the caller's own task was cancelled (server exit)
+            task.cancel()
         with contextlib.suppress(BaseException):
-            await serving
-        if call.ended is not None:
-            await _say_and_close(ws, transport, call.ended)
-        closed.set()
-        watchdog.cancel()
-        with contextlib.suppress(BaseException):
-            await watchdog
+            await task
+        try:
+            await on_closed()
+        finally:
+            closed.set()
+            watchdog.cancel()
+            with contextlib.suppress(BaseException):
+                await watchdog
 
 
 async def watch_call(call: Call, state: ServerState) -> None:

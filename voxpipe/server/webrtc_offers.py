@@ -5,14 +5,14 @@ ride the WebSocket lifecycle of ``lifecycle.serve_call``; it gets the same check
 in the same order: readiness (503), auth (401), then admission (429 at capacity, 503
 draining), each answered with the protocol's ``error`` JSON. An admitted call holds its
 slot until its peer connection closes, and is ended like any other by the idle and
-maximum-duration watchdog, by drain, and by the server's shutdown (:meth:`close`).
+maximum-duration watchdog, by drain, and by the server's shutdown (:meth:`close`): its
+lifetime is the WebSocket calls' own, ``lifecycle.run_call``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
@@ -21,13 +21,11 @@ from starlette.responses import JSONResponse, Response
 from voxpipe.conversation import ownership
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.server.auth import AuthError, Credentials
-from voxpipe.server.lifecycle import watch_call
+from voxpipe.server.lifecycle import run_call
 from voxpipe.server.state import ServerState
 from voxpipe.transports.base import Undecodable, decode_json, describe_error
 from voxpipe.transports.call import Call, CallEnd, CloseCode
 from voxpipe.transports.webrtc import OfferError, WebRTCConnection, WebRTCOffer
-
-log = logging.getLogger("voxpipe.webrtc")
 
 PATH = "/v1/webrtc/offer"
 ANSWER_TIMEOUT_S = 10.0  # ICE gathering is local (no STUN): this is generous
@@ -134,32 +132,15 @@ class WebRTCOffers:
             return self._refuse(ErrorCode.INVALID_EVENT, f"offer: {describe_error(exc)}")
 
     async def _run(self, connection: WebRTCConnection, call: Call) -> None:
-        """Like ``lifecycle._run``: the watchdog and ``call.end`` may end the call at any time."""
-        serving = asyncio.create_task(connection.run(), name=f"webrtc-{call.id}")
-        closed = asyncio.Event()
+        """The call's lifetime (``lifecycle.run_call``), then its slot is free again."""
 
-        async def end(why: CallEnd) -> None:
-            log.info("ending call %s: %s", call.id, why.message)
-            self.state.metrics.errors.labels(why.code).inc()
-            serving.cancel()
-            await closed.wait()
-
-        call._end = end
-        watchdog = asyncio.create_task(watch_call(call, self.state), name=f"watch-{call.id}")
-        try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(serving)
-        finally:
-            if not serving.done():  # this task was cancelled (server exit)
-                serving.cancel()
-            with contextlib.suppress(BaseException):
-                await serving
+        async def close() -> None:
             with contextlib.suppress(BaseException):
                 await connection.close()  # waits for the cleanup, even if serving was cancelled
-            closed.set()
-            watchdog.cancel()
-            with contextlib.suppress(BaseException):
-                await watchdog
+
+        try:
+            await run_call(call, connection.run(), self.state, on_closed=close, name="webrtc")
+        finally:
             self.state.calls.release(call)
 
     async def close(self) -> None:

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.events import ErrorCode, SendAudio, SendEvent
-from voxpipe.conversation.ownership import SessionOwners
 from voxpipe.conversation.principal import ANONYMOUS, Principal
+from voxpipe.conversation.resume import ResumableSessions
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.session import Session
 
@@ -49,24 +49,10 @@ class CallEnd:
     close_code: CloseCode
 
 
-@dataclass
-class Detached:
-    """A session whose connection dropped, kept for a reconnect."""
-
-    session: Session
-    state: object  # the transport's own resume state
-    expiry: asyncio.TimerHandle | None = None
-
-
-class LiveSessions(SessionOwners, Protocol):
+class LiveSessions(ResumableSessions, Protocol):
     """The server's live calls (``server.calls.CallRegistry``), as far as a transport may
-    reach into them: find a session by id, keep one for a reconnect, take it back."""
-
-    def find_session(self, session_id: str) -> bool:
-        """The id belongs to a live session, connected or waiting for a reconnect."""
-        ...
-
-    def find_attached(self, session_id: str) -> Call | None: ...
+    reach into them: who owns a session id, keep a session for a reconnect, and what the
+    resume policy asks (``conversation/resume.py``: find, replace, take back)."""
 
     def detach(
         self,
@@ -77,10 +63,6 @@ class LiveSessions(SessionOwners, Protocol):
     ) -> None:
         """Keep ``session`` (and the transport's ``state``) for ``grace_s`` seconds; after
         that, ``on_expire`` closes it."""
-        ...
-
-    def reattach(self, session_id: str) -> Detached | None:
-        """Take back a session kept for a reconnect, if it is still kept."""
         ...
 
 
@@ -149,6 +131,10 @@ class Call:
         )
         self.attach(session)
         return session
+
+    def bind_end(self, end: Callable[[CallEnd], Awaitable[None]]) -> None:
+        """How the server ends this call once it runs: :meth:`end` awaits ``end``."""
+        self._end = end
 
     async def end(self, why: CallEnd) -> None:
         """Close the call from the server side (idle, max duration, drain, replaced)."""

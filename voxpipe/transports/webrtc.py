@@ -4,7 +4,8 @@ channel carrying the native protocol's JSON events, on aiortc.
 Decode and encode only, as every transport: the caller's Opus track is decoded by aiortc
 and fed to the session as PCM16 at 48 kHz; the session's reply frames (made at 48 kHz) are
 played by :class:`~voxpipe.transports.webrtc_media.ReplyTrack`, 20 ms each in real time;
-session events go out on the data channel as the same JSON the WebSocket carries. The
+session events go out on the data channel as the same JSON the WebSocket carries, and the
+client's events are handled as the WebSocket's are (``native_protocol.ClientEvents``). The
 offer's HTTP exchange, readiness, auth and admission live in ``server/webrtc_offers.py``.
 
 Because the server itself is the player of the reply track, it knows when each frame leaves
@@ -32,27 +33,16 @@ from aiortc import (
     RTCSessionDescription,
 )
 from aiortc.rtcsctptransport import WEBRTC_STRING
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from voxpipe.conversation.events import (
-    AudioOut,
-    ErrorCode,
-    ErrorEvent,
-    Event,
-    PlaybackClear,
-    Pong,
-    SessionStarted,
-    SessionUpdated,
-)
+from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
 from voxpipe.conversation.saved_state import new_session_id
-from voxpipe.transports.base import Undecodable, decode_json, describe_error
 from voxpipe.transports.call import Call, CallEnd, Rates, SessionSinks
-from voxpipe.transports.native import (
-    PlaybackAck,
-    SessionUpdate,
+from voxpipe.transports.native_protocol import (
+    ClientEvents,
     TurnOptions,
     merge_turn,
-    native_decode_error,
+    started_event,
 )
 from voxpipe.transports.webrtc_media import FRAME_MS, RATE, ReplyTrack, read_caller_audio
 
@@ -144,6 +134,9 @@ class WebRTCConnection:
             turn,
             offer.instructions,
         )
+        self.events = ClientEvents(
+            self.send_event, lambda: self.session, self._on_start, self.cfg.server.max_message_bytes
+        )
 
     # -- signalling -----------------------------------------------------------
 
@@ -228,25 +221,9 @@ class WebRTCConnection:
         channel.send(text)
 
     def _flush_pending(self) -> None:
-        self._send_text(event_text(self._started_event()))
+        self._send_text(event_text(started_event(self.services, self.session, FRAME_MS)))
         while self._pending and self.channel is not None and self.channel.readyState == "open":
             self._send_text(self._pending.popleft())
-
-    def _started_event(self) -> SessionStarted:
-        engines = self.services.engines
-        return SessionStarted(
-            session_id=self.session.id,
-            input_sample_rate=RATE,
-            output_sample_rate=RATE,
-            out_frame_ms=FRAME_MS,
-            config={"turn": self.session.turn_config.model_dump()},
-            models={
-                "vad": engines.vad.name,
-                "stt": engines.stt.name,
-                "llm": engines.llm.name,
-                "tts": engines.tts.name,
-            },
-        )
 
     def _played(self, seq: int) -> None:
         self.session.playback_ack(seq)
@@ -302,58 +279,15 @@ class WebRTCConnection:
                     ErrorCode.INVALID_EVENT,
                     "the data channel carries JSON text events; audio goes on the media track",
                 )
-            elif await self._on_text(message) == "end":
+            elif await self.events.handle(message):  # session.end
                 self._hangup.set()
                 return
 
-    async def _on_text(self, text: str) -> str | None:
-        payload = decode_json(text, self.cfg.server.max_message_bytes)
-        if isinstance(payload, Undecodable):
-            await self.error(payload.code, native_decode_error(payload))
-            return None
-        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-            await self.error(
-                ErrorCode.INVALID_EVENT, "an event is a JSON object with a string 'type'"
-            )
-            return None
-        kind = payload["type"]
-        if kind == "session.update":
-            await self._update(payload)
-        elif kind == "playback.ack":
-            await self._ack(payload)
-        elif kind == "history.get":
-            await self.send_event(self.session.history_snapshot())
-        elif kind == "ping":
-            await self.send_event(Pong())
-        elif kind == "session.end":
-            return "end"
-        elif kind == "session.start":
-            await self.error(
-                ErrorCode.ALREADY_STARTED,
-                "a WebRTC session starts with its offer; send session.update to change it",
-            )
-        else:
-            await self.error(ErrorCode.UNKNOWN_EVENT, f"unknown event type {kind[:64]!r}")
-        return None
-
-    async def _ack(self, payload: dict[str, Any]) -> None:
-        try:
-            ack = PlaybackAck.model_validate(payload)
-        except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {describe_error(exc)}")
-            return
-        if not self.session.playback_ack(ack.seq):
-            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
-
-    async def _update(self, payload: dict[str, Any]) -> None:
-        try:
-            update = SessionUpdate.model_validate(payload)
-            turn = merge_turn(self.session.turn_config, update.turn)
-        except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"session.update: {describe_error(exc)}")
-            return
-        self.session.update_turn_config(turn)
-        await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
+    async def _on_start(self, payload: dict[str, Any]) -> None:
+        await self.error(
+            ErrorCode.ALREADY_STARTED,
+            "a WebRTC session starts with its offer; send session.update to change it",
+        )
 
     # -- lifetime -------------------------------------------------------------
 
