@@ -34,7 +34,7 @@ from voxpipe.conversation.services import CallRecord, CallStore, Services
 from voxpipe.conversation.session import Session
 
 # The native transport's logger: resumes are its feature, and operators know these lines by it.
-log = logging.getLogger("voxpipe.native")
+log = logging.getLogger("voxpipe.resume")
 
 S = TypeVar("S")
 

@@ -202,7 +202,7 @@ async def test_another_principals_session_is_not_found_and_left_alone(
 ) -> None:
     session = world.session("s1")
     world.detach(session)
-    with caplog.at_level(logging.WARNING, "voxpipe.native"):
+    with caplog.at_level(logging.WARNING, "voxpipe.resume"):
         outcome = await world.resume("s1", MALLORY)
     assert_not_found(outcome, "s1")
     assert "s1" in world.registry.detached and not session.closed, "the owner's call is kept"
@@ -232,7 +232,7 @@ async def test_a_session_never_held_here_is_restored_from_the_store(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
     saved_state(world, "s1", epoch=3)
-    with caplog.at_level(logging.INFO, "voxpipe.native"):
+    with caplog.at_level(logging.INFO, "voxpipe.resume"):
         outcome = await world.resume("s1", audio_seq=55)
     assert isinstance(outcome, Restored)
     assert outcome.input_samples == 32000
