@@ -33,7 +33,7 @@ from voxpipe.conversation.saved_state import continued_record, state_owner
 from voxpipe.conversation.services import CallRecord, CallStore, Services
 from voxpipe.conversation.session import Session
 
-# The native transport's logger: resumes are its feature, and operators know these lines by it.
+# Its own logger: a resume or restore is one line, whichever transport asked for it.
 log = logging.getLogger("voxpipe.resume")
 
 S = TypeVar("S")
