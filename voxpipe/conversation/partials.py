@@ -65,7 +65,7 @@ class PartialTranscripts:
             return
         if self._task is not None and not self._task.done():
             return
-        if not self.services.runners.stt.idle:
+        if not self.services.stt.idle:
             return  # a final transcript is being made: it goes first
         self._next_at = speech_samples + self._interval
         self._task = asyncio.get_running_loop().create_task(
@@ -78,9 +78,8 @@ class PartialTranscripts:
         return self._stats
 
     async def _transcribe(self, turn_id: int, audio: np.ndarray) -> None:
-        stt = self.services.engines.stt
         try:
-            result = await self.services.runners.stt.call(lambda: stt.transcribe(audio), JobClock())
+            result = await self.services.stt.transcribe(audio, JobClock())
         except EngineBusy:
             return
         except Exception as exc:  # a partial is a courtesy: the final transcript still comes

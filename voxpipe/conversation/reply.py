@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -41,10 +40,12 @@ from voxpipe.conversation.events import (
     TurnMetrics,
 )
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
+from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
-from voxpipe.conversation.services import CallRecord, Services
+from voxpipe.conversation.services import Services
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
 from voxpipe.engines.runner import EngineBusy, JobClock
+from voxpipe.observability.stages import StageTimer
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
 log = logging.getLogger("voxpipe.reply")
@@ -57,7 +58,7 @@ class ReplyContext:
     """What a reply borrows from its session."""
 
     session_id: str
-    record: CallRecord  # where the turns are recorded
+    recorder: CallRecorder  # where the turns are recorded
     services: Services
     send_event: SendEvent
     send_audio: SendAudio
@@ -92,6 +93,8 @@ class Reply:
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
+        services = self.ctx.services
+        self.stages = StageTimer(self.timeline, services.metrics, services.config.deadlines)
         self._outcome = ReplyOutcome()  # the status: only this reply's methods move it
         self._paused = False
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
@@ -127,11 +130,9 @@ class Reply:
 
     async def confirm(self, speech_end_ns: int) -> None:
         """The turn has ended as the held reply assumed: release what it computed."""
-        self.timeline.marks_ns["speech_end"] = speech_end_ns
-        self.timeline.mark("eot")
-        store = self.ctx.services.store
-        if store is not None and self.timeline.has("stt_done") and self.transcript:
-            store.message(self.ctx.record, self.turn_id, "user", self.transcript)
+        self.stages.confirmed(speech_end_ns)
+        if self.timeline.has("stt_done") and self.transcript:
+            self.ctx.recorder.message(self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
         while self._held_events:
             await self.ctx.send_event(self._held_events.pop(0))
@@ -190,8 +191,6 @@ class Reply:
             await self.ctx.send_event(event)
 
     async def _run(self) -> None:
-        tl = self.timeline
-        services = self.ctx.services
         try:
             if self.previous is not None:
                 await self.previous.wait()
@@ -201,16 +200,12 @@ class Reply:
                 self._outcome.ran_out(self.cancel.cancelled)
                 return
             clock = JobClock()
-            stt = services.engines.stt
-            audio = self.audio
-            transcript = await services.runners.stt.call(lambda: stt.transcribe(audio), clock)
-            tl.mark("stt_done")
-            self._check_deadline("stt", services.config.deadlines.stt_ms)
-            tl.compute_s["stt"], tl.queue_s["stt"] = clock.compute_s, clock.queue_s
+            with self.stages.stt(clock):
+                transcript = await self.ctx.services.stt.transcribe(self.audio, clock)
             self.transcript = transcript.text.strip()
-            tl.counters["transcript"] = self.transcript
-            if services.store is not None and not self.held and self.transcript:
-                services.store.message(self.ctx.record, self.turn_id, "user", self.transcript)
+            self.timeline.counters["transcript"] = self.transcript
+            if not self.held and self.transcript:
+                self.ctx.recorder.message(self.turn_id, "user", self.transcript)
             await self._emit(Transcript(self.turn_id, self.transcript))
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
                 self._outcome.ran_out(cancelled=True)
@@ -242,9 +237,9 @@ class Reply:
 
     async def _speak(self) -> None:
         """LLM -> chunker -> TTS -> paced frames, the three stages running concurrently."""
-        cfg = self.ctx.services.config
         services = self.ctx.services
-        tl, cancel, turn_id = self.timeline, self.cancel, self.turn_id
+        cfg = services.config
+        stages, cancel, turn_id = self.stages, self.cancel, self.turn_id
         clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
         frames: asyncio.Queue[bytes | None] = asyncio.Queue(
             maxsize=max(1, cfg.audio.outbound_buffer_ms // cfg.audio.out_frame_ms)
@@ -263,50 +258,36 @@ class Reply:
         first_token = asyncio.Event()
         cancel.on_cancel(first_token.set)
 
-        deltas = 0  # LLM deltas (tokens) received: how many the first phrase waited for
-
         async def queue_clause(clause: str) -> None:
-            if not tl.has("first_clause"):
-                tl.mark("first_clause")
-                tl.counters["first_clause"] = clause
-                tl.counters["first_clause_tokens"] = deltas
-                if llm_clock.started_ns:
-                    first_clause_ns = tl.marks_ns["first_clause"] - llm_clock.started_ns
-                    tl.compute_s["llm_first_clause"] = first_clause_ns / 1e9
+            stages.clause(clause)
             await clauses.put(clause)
 
         async def think() -> None:
             chunker = ClauseChunker(cfg.chunker)
-            engine = services.engines.llm
-            tl.mark("llm_request")
-            stream = services.runners.llm.stream(
-                lambda: engine.stream(self.ctx.session_id, messages, cancel, usage),
-                llm_clock,
-                gate=llm_gate,
-            )
-            try:
-                async with contextlib.aclosing(stream):
-                    async for delta in stream:
-                        if cancel.cancelled:
-                            break
-                        tl.mark("llm_first_token")
-                        first_token.set()
-                        nonlocal deltas
-                        deltas += 1
-                        self.generated += delta
-                        await self._emit(ResponseTextDelta(turn_id, delta))
-                        for clause in chunker.push(delta):
+            with stages.llm(llm_clock):
+                stream = services.llm.stream(
+                    self.ctx.session_id, messages, cancel, usage, llm_clock, gate=llm_gate
+                )
+                try:
+                    async with contextlib.aclosing(stream):
+                        async for delta in stream:
+                            if cancel.cancelled:
+                                break
+                            stages.token()
+                            first_token.set()
+                            self.generated += delta
+                            await self._emit(ResponseTextDelta(turn_id, delta))
+                            for clause in chunker.push(delta):
+                                await queue_clause(clause)
+                    if not cancel.cancelled:
+                        for clause in chunker.flush():
                             await queue_clause(clause)
-                if not cancel.cancelled:
-                    for clause in chunker.flush():
-                        await queue_clause(clause)
-            finally:
-                first_token.set()  # done or failed: no filler from here on
-                await clauses.put(None)
+                finally:
+                    first_token.set()  # done or failed: no filler from here on
+                    await clauses.put(None)
 
         async def voice() -> None:
-            engine = services.engines.tts
-            resampler = StreamResampler(engine.sample_rate, self.ctx.output_rate)
+            resampler = StreamResampler(services.tts.sample_rate, self.ctx.output_rate)
             framer = Pcm16Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
             try:
                 while (clause := await clauses.get()) is not None:
@@ -315,25 +296,22 @@ class Reply:
                     clock = JobClock()
                     if not spoken:
                         llm_gate.clear()
-                    stream = services.runners.tts.stream(
-                        functools.partial(engine.synthesize, clause, cancel),
+                    stream = services.tts.synthesize(
+                        clause,
+                        cancel,
                         clock,
                         deadline_ns=self._dry_at_ns(frames.qsize()) if spoken else None,
                     )
                     self.tracker.add_clause(clause)
-                    async with contextlib.aclosing(stream):
-                        async for chunk in stream:
-                            tl.mark("tts_first_chunk")
-                            llm_gate.set()
-                            audio = resampler.process(chunk.astype(np.float32) / 32768.0)
-                            self.tracker.add_samples(audio.shape[0])
-                            for frame in framer.push(float_to_pcm16(audio)):
-                                await frames.put(frame)
-                    if clock.first_item_ns:  # the caller waits for the first chunk, not all
-                        first_chunk_s = (clock.first_item_ns - clock.started_ns) / 1e9
-                        tl.compute_s.setdefault("tts_first", first_chunk_s)
-                    tl.queue_s.setdefault("tts_first", clock.queue_s)
-                    tl.compute_s["tts_total"] = tl.compute_s.get("tts_total", 0.0) + clock.compute_s
+                    with stages.tts(clock):
+                        async with contextlib.aclosing(stream):
+                            async for chunk in stream:
+                                stages.tts_chunk()
+                                llm_gate.set()
+                                audio = resampler.process(chunk.astype(np.float32) / 32768.0)
+                                self.tracker.add_samples(audio.shape[0])
+                                for frame in framer.push(float_to_pcm16(audio)):
+                                    await frames.put(frame)
                     spoken.append(clause)
                 if not cancel.cancelled:
                     tail = float_to_pcm16(resampler.process(np.zeros(0, np.float32), last=True))
@@ -362,13 +340,10 @@ class Reply:
                 self.last_seq = seq
                 await self.ctx.send_audio(AudioOut(seq, turn_id, frame))
                 now = time.monotonic_ns()
-                if self._filler_frames > 0:
+                filler = self._filler_frames > 0
+                if filler:
                     self._filler_frames -= 1
-                    tl.mark("filler_sent", now)
-                else:
-                    if not tl.has("first_audio_sent"):
-                        self._check_deadline("tts_first_chunk", cfg.deadlines.tts_first_chunk_ms)
-                    tl.mark("first_audio_sent", now)
+                stages.audio_sent(now, filler)
                 self.last_frame_ns = now
                 duration_ns = int(len(frame) * ns_per_byte)
                 self.audio_ns += duration_ns
@@ -377,18 +352,14 @@ class Reply:
         async def fill_silence() -> None:
             """Say the filler if the first token misses its deadline (the frames queue is
             still empty then: no token, no clause, no reply audio)."""
-            due_ns = tl.marks_ns["speech_end"] + cfg.deadlines.llm_first_token_ms * 1_000_000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    first_token.wait(), max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
-                )
+                await asyncio.wait_for(first_token.wait(), stages.first_token_wait_s())
                 return
-            self._missed("llm_first_token")
-            filler = self.ctx.services.filler
+            stages.missed("llm_first_token")
+            filler = services.filler
             if cancel.cancelled or filler is None or not cfg.deadlines.filler:
                 return
-            services.metrics.fillers.inc()
-            tl.counters["filler"] = cfg.deadlines.filler
+            stages.filler(cfg.deadlines.filler)
             resampler = StreamResampler(filler.rate, self.ctx.output_rate)
             audio = resampler.process(filler.audio, last=True)
             framer = Pcm16Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
@@ -405,23 +376,12 @@ class Reply:
                 group.create_task(play())
                 group.create_task(fill_silence())
         except TimeoutError:
-            self._missed("turn")
+            stages.missed("turn")
             cancel.cancel()
             self._outcome.move(ReplyStatus.FAILED, f"reply exceeded {cfg.deadlines.turn_s:g} s")
             await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
         finally:
-            if llm_clock.started_ns and llm_clock.first_item_ns:
-                tl.compute_s["llm_ttft"] = (llm_clock.first_item_ns - llm_clock.started_ns) / 1e9
-            tl.queue_s["llm"] = llm_clock.queue_s
-            tl.compute_s["llm_total"] = llm_clock.compute_s
-            tl.counters["llm"] = {
-                "prompt_tokens": usage.prompt_tokens,
-                "reused_tokens": usage.reused_tokens,
-                "prefill_tokens": usage.prefill_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "state_restored": usage.state_restored,
-                "finish_reason": usage.finish_reason,
-            }
+            stages.llm_done(llm_clock, usage)
 
     def _dry_at_ns(self, frames_waiting: int) -> int:
         """When the client will have played everything sent and queued: a later clause
@@ -430,16 +390,6 @@ class Reply:
         now = time.monotonic_ns()
         queued_ns = frames_waiting * cfg.out_frame_ms * 1_000_000
         return max(now, self.ctx.pacer.ends_at_ns) + queued_ns - TTS_MARGIN_NS
-
-    def _check_deadline(self, stage: str, due_ms: int) -> None:
-        """Count a miss if ``stage`` came later than ``due_ms`` after the caller's speech."""
-        start = self.timeline.marks_ns.get("speech_end")
-        if start is not None and time.monotonic_ns() - start > due_ms * 1_000_000:
-            self._missed(stage)
-
-    def _missed(self, stage: str) -> None:
-        self.ctx.services.metrics.deadline_misses.labels(stage).inc()
-        self.timeline.counters.setdefault("deadline_misses", []).append(stage)
 
     async def _wait_until_sendable(self) -> None:
         """Held replies wait for confirmation, paused ones for resume; a cancel wakes both."""
@@ -456,7 +406,7 @@ class Reply:
         tl = self.timeline
         if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
-        tl.mark("response_done")
+        self.stages.done()
         tl.counters.update(
             status=self.status,
             reply=self.kept_text,
@@ -473,11 +423,9 @@ class Reply:
             self.on_finish(self)
         services = self.ctx.services
         services.metrics.observe_turn(tl, self.status)
-        if services.store is not None:
-            call = self.ctx.record
-            if self.kept_text:
-                services.store.message(call, self.turn_id, "assistant", self.kept_text, self.status)
-            services.store.turn_finished(call, record)
+        if self.kept_text:
+            self.ctx.recorder.message(self.turn_id, "assistant", self.kept_text, self.status)
+        self.ctx.recorder.turn_finished(record)
         await asyncio.to_thread(services.turn_log.write, record)
         if self.ctx.closed:
             return  # nothing is sent on a closed call, not even response.done

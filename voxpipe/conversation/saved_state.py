@@ -99,12 +99,9 @@ class ContextRebuild:
         self.task = asyncio.create_task(self._run(), name=f"rebuild-{session_id}")
 
     async def _run(self) -> LlmUsage:
-        llm, messages = self._services.engines.llm, self._messages()
-        clock = JobClock()
+        messages, clock = self._messages(), JobClock()
         try:
-            usage = await self._services.runners.llm.call(
-                lambda: llm.prefill(self._id, messages, self._cancel), clock
-            )
+            usage = await self._services.llm.prefill(self._id, messages, self._cancel, clock)
         except Exception as exc:  # the next turn prefills it itself, only slower
             log.warning("session %s: context rebuild failed: %s", self._id, exc)
             return LlmUsage()

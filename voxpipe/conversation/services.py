@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, Engines, TtsEngine
-from voxpipe.engines.runner import EngineRunner
+from voxpipe.engines.queued import (
+    QueuedEngines,
+    QueuedLlm,
+    QueuedStt,
+    QueuedTts,
+    QueuedVad,
+    Runners,
+)
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
-
-
-@dataclass(frozen=True)
-class Runners:
-    """One runner per engine: the server's whole thread budget."""
-
-    vad: EngineRunner
-    stt: EngineRunner
-    llm: EngineRunner
-    tts: EngineRunner
-
-    def close(self) -> None:
-        for runner in (self.vad, self.stt, self.llm, self.tts):
-            runner.close()
 
 
 @dataclass(frozen=True)
@@ -96,6 +89,10 @@ class Filler:
 
 @dataclass(frozen=True)
 class Services:
+    """``vad``, ``stt``, ``llm`` and ``tts`` are the engines behind their runners: how a
+    call reaches them. ``engines`` and ``runners`` are for the server that starts and
+    stops them."""
+
     config: Config
     engines: Engines
     runners: Runners
@@ -103,3 +100,12 @@ class Services:
     turn_log: TurnLog
     filler: Filler | None = None
     store: CallStore | None = None
+    vad: QueuedVad = field(init=False, repr=False, compare=False)
+    stt: QueuedStt = field(init=False, repr=False, compare=False)
+    llm: QueuedLlm = field(init=False, repr=False, compare=False)
+    tts: QueuedTts = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        queued = QueuedEngines.of(self.engines, self.runners)
+        for name in ("vad", "stt", "llm", "tts"):
+            object.__setattr__(self, name, getattr(queued, name))  # frozen: set once, here

@@ -31,6 +31,7 @@ from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound, Uncommitted
 from voxpipe.conversation.partials import PartialTranscripts
 from voxpipe.conversation.playback import Pacer
+from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply import Reply, ReplyContext, SendAudio, SendEvent
 from voxpipe.conversation.saved_state import AnsweredAudio, ContextRebuild, new_call_id
 from voxpipe.conversation.services import CallRecord, Services
@@ -65,15 +66,15 @@ class Session:
         another worker recorded (a restore), else a new call record is begun."""
         self.id = session_id
         self.record = record or CallRecord(new_call_id(), session_id, owner)
+        self.recorder = CallRecorder(services.store, self.record)  # every write to the store
         self.services = services
         self.cfg = services.config
         self._send_event = send_event
         self.input_sample_rate = input_sample_rate
         self.output_sample_rate = output_sample_rate
         self.turn_config = turn_config or self.cfg.turn
-        engines = services.engines
-        self._vad = engines.vad.new_stream()
-        self._window = engines.vad.window_samples
+        self._vad = services.vad.new_stream()
+        self._window = services.vad.window_samples
         self._detector = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         self._next_detector: TurnDetector | None = None
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
@@ -85,7 +86,7 @@ class Session:
         self._turns: TurnTaking[Reply] = TurnTaking(self.turn_config)
         self.ctx = ReplyContext(
             session_id=session_id,
-            record=self.record,
+            recorder=self.recorder,
             services=services,
             send_event=send_event,
             send_audio=send_audio,
@@ -109,15 +110,13 @@ class Session:
         self._finished = FinishedTurns(self.history)
         self._answered = AnsweredAudio()
         self._rebuild: ContextRebuild | None = None
-        if services.store is not None:
-            services.store.call_started(
-                self.record,
-                {
-                    "input_sample_rate": input_sample_rate,
-                    "output_sample_rate": output_sample_rate,
-                    "turn": self.turn_config.model_dump(),
-                },
-            )
+        self.recorder.started(
+            {
+                "input_sample_rate": input_sample_rate,
+                "output_sample_rate": output_sample_rate,
+                "turn": self.turn_config.model_dump(),
+            }
+        )
 
     @property
     def owner(self) -> str:
@@ -175,7 +174,7 @@ class Session:
         if n == 0:
             return
         windows = buf[: n * self._window]
-        probs = await self.services.runners.vad.call(lambda: self._vad.process(windows), JobClock())
+        probs = await self.services.vad.process(self._vad, windows, JobClock())
         for i, prob in enumerate(probs):
             window = windows[i * self._window : (i + 1) * self._window]
             self._arrivals.add(self._window, arrived)
@@ -345,8 +344,7 @@ class Session:
 
     def persist(self) -> None:
         """Save :meth:`state` to the store (queued; a no-op without one)."""
-        if self.services.store is not None:
-            self.services.store.save_state(self.record, self.state())
+        self.recorder.save(self.state())
 
     def restore(self, state: dict[str, Any], audio_seq: int = 0) -> int:
         """Carry on a conversation another worker saved: its history, turn numbering and
@@ -382,9 +380,8 @@ class Session:
                 reply.task.cancel()
                 await reply.wait()
         await self.summarizer.close()
-        self.services.engines.llm.forget(self.id)
-        if self.services.store is not None:
-            self.services.store.call_ended(self.record, reason, dict(self.counts))
+        self.services.llm.forget(self.id)
+        self.recorder.ended(reason, dict(self.counts))
 
     async def wait_idle(self) -> None:
         """Wait for the reply in flight, if any (tests and graceful shutdown)."""

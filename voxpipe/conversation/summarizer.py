@@ -66,13 +66,11 @@ class Summarizer:
         if self.history.summary:
             text = f"Earlier: {self.history.summary}\n{text}"
         messages = [ChatMessage("system", INSTRUCTIONS), ChatMessage("user", text)]
-        engine, runner = self.services.engines.llm, self.services.runners.llm
+        llm = self.services.llm
         usage, clock = LlmUsage(), JobClock()
         parts: list[str] = []
         try:
-            stream = runner.stream(
-                lambda: engine.stream(f"{self.session_id}#summary", messages, cancel, usage), clock
-            )
+            stream = llm.stream(f"{self.session_id}#summary", messages, cancel, usage, clock)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     parts.append(delta)
@@ -81,9 +79,7 @@ class Summarizer:
                 return
             self.history.replace_oldest(len(older), summary)
             self.summaries += 1
-            warm = await runner.call(
-                lambda: engine.prefill(self.session_id, self.history.messages(), cancel)
-            )
+            warm = await llm.prefill(self.session_id, self.history.messages(), cancel)
             self.last = {
                 "summarized_messages": len(older),
                 "summary_tokens": usage.completion_tokens,
@@ -94,7 +90,7 @@ class Summarizer:
         except EngineBusy:
             return
         finally:
-            engine.forget(f"{self.session_id}#summary")
+            llm.forget(f"{self.session_id}#summary")
 
     async def wait(self) -> None:
         if self._task is not None:

@@ -30,9 +30,10 @@ from starlette.websockets import WebSocket
 
 from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
-from voxpipe.conversation.services import Filler, Runners
+from voxpipe.conversation.services import Filler
 from voxpipe.engines.base import Engines
 from voxpipe.engines.loader import load_engines, warm_one
+from voxpipe.engines.queued import QueuedEngines, Runners
 from voxpipe.server import web
 from voxpipe.server.auth import (
     AuthError,
@@ -57,11 +58,10 @@ EngineFactory = Callable[[Config], Engines]
 MAX_TOKEN_REQUEST_BYTES = 4096
 
 
-async def warm_up(engines: Engines, runners: Runners) -> None:
+async def warm_up(engines: QueuedEngines) -> None:
     """One warm-up inference per engine, in turn, each on the thread that will serve it."""
-    for name in ("vad", "stt", "llm", "tts"):
-        engine = getattr(engines, name)
-        await getattr(runners, name).call(functools.partial(warm_one, engine))
+    for queued in engines.all():
+        await queued.run(warm_one)
 
 
 def load_cold_engines(config: Config) -> Engines:
@@ -102,9 +102,10 @@ def create_app(config: Config, engine_factory: EngineFactory = load_cold_engines
         try:
             engines = await asyncio.to_thread(engine_factory, config)
             runners = state.start_runners()
-            await warm_up(engines, runners)
-            filler = await runners.tts.call(
-                lambda: Filler.synthesize(config.deadlines.filler, engines.tts)
+            queued = QueuedEngines.of(engines, runners)
+            await warm_up(queued)
+            filler = await queued.tts.run(
+                functools.partial(Filler.synthesize, config.deadlines.filler)
             )
             store = await open_store(config.store, state.worker)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from voxpipe.config import Config
-from voxpipe.conversation.services import CallStore, Filler, Runners, Services
+from voxpipe.conversation.services import CallStore, Filler, Services
 from voxpipe.engines.base import Engines
+from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog

@@ -13,9 +13,10 @@ from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.config import Config, TurnConfig
 from voxpipe.conversation.events import AudioOut, Event, ResponseDone
-from voxpipe.conversation.services import Filler, Runners, Services
+from voxpipe.conversation.services import CallStore, Filler, Services
 from voxpipe.conversation.session import Session
 from voxpipe.engines.base import Engines, VadEngine
+from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.timeline import order_violations
@@ -52,6 +53,7 @@ class Call:
         filler: Filler | None = None,
         deadlines: dict[str, Any] | None = None,
         stt_config: dict[str, Any] | None = None,
+        store: CallStore | None = None,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
@@ -73,6 +75,7 @@ class Call:
             self.metrics,
             TurnLog(None),
             filler=filler,
+            store=store,
         )
         self.send_yields = send_yields
         self._send_lock = asyncio.Lock()

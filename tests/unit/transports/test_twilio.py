@@ -18,8 +18,9 @@ from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.config import Config
 from voxpipe.conversation.events import AudioOut, PlaybackClear
-from voxpipe.conversation.services import Runners, Services
+from voxpipe.conversation.services import Services
 from voxpipe.engines.base import Engines
+from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog

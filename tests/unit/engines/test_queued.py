@@ -1,0 +1,82 @@
+"""The engines behind their runners: every call runs on the engine's own runner thread,
+and its queue wait and compute are measured as the runner measures any job."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage
+from voxpipe.engines.queued import QueuedEngines, Runners
+from voxpipe.engines.runner import EngineRunner, JobClock
+
+
+class Jobs:
+    """A JobObserver that keeps the engine of each job."""
+
+    def __init__(self) -> None:
+        self.engines: list[str] = []
+
+    def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
+        self.engines.append(engine)
+
+    def set_queue_depth(self, engine: str, depth: int) -> None:
+        pass
+
+
+@pytest.fixture
+async def queued() -> AsyncIterator[tuple[QueuedEngines, Jobs]]:
+    jobs = Jobs()
+    runners = Runners(*(EngineRunner(name, observer=jobs) for name in ("vad", "stt", "llm", "tts")))
+    yield QueuedEngines.of(Engines(FakeVad(), FakeStt("hi"), FakeLlm(), FakeTts()), runners), jobs
+    runners.close()
+
+
+async def test_each_call_runs_on_its_engines_runner_and_is_measured(
+    queued: tuple[QueuedEngines, Jobs],
+) -> None:
+    engines, jobs = queued
+    clock = JobClock()
+    assert (await engines.stt.transcribe(np.zeros(1600, np.float32), clock)).text == "hi"
+    assert clock.started_ns and clock.finished_ns >= clock.started_ns
+
+    stream = engines.vad.new_stream()
+    probs = await engines.vad.process(stream, np.full(1024, 0.5, np.float32))
+    assert probs == [1.0, 1.0]
+
+    usage = LlmUsage()
+    deltas = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), usage)
+    async with contextlib.aclosing(deltas):
+        assert [d async for d in deltas] == ["Hello", " there", "."]
+    assert usage.completion_tokens == 3
+
+    chunks = engines.tts.synthesize("Hello.", CancelToken(), clock := JobClock())
+    async with contextlib.aclosing(chunks):
+        assert sum(len(c) for c in [c async for c in chunks]) == 1600
+    assert clock.first_item_ns >= clock.started_ns > 0
+
+    warm = await engines.llm.prefill("s", [ChatMessage("user", "two words")], CancelToken())
+    assert warm.prefill_tokens == 2
+    assert jobs.engines == ["stt", "vad", "llm", "tts", "llm"]
+
+
+async def test_run_takes_the_engine_to_its_thread(queued: tuple[QueuedEngines, Jobs]) -> None:
+    engines, jobs = queued
+    for engine in engines.all():
+        name = await engine.run(lambda _: threading.current_thread().name)
+        assert name == f"engine-{engine.runner.name}-0"
+    assert jobs.engines == ["vad", "stt", "llm", "tts"]
+
+
+async def test_idle_and_forget_do_not_queue(queued: tuple[QueuedEngines, Jobs]) -> None:
+    engines, jobs = queued
+    assert engines.stt.idle
+    engines.llm.forget("s")
+    assert isinstance(engines.llm.engine, FakeLlm) and engines.llm.engine.forgotten == ["s"]
+    assert engines.tts.sample_rate == 16000 and engines.vad.window_samples == 512
+    assert jobs.engines == []

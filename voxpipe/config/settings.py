@@ -1,0 +1,51 @@
+"""The whole configuration: one section per concern, and where its values come from."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from voxpipe.config.auth import AuthConfig
+from voxpipe.config.engines import LlmConfig, RemoteLlmConfig, SttConfig, TtsConfig, VadConfig
+from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
+from voxpipe.config.store import StoreConfig
+from voxpipe.config.turn import AudioConfig, ChunkerConfig, TurnConfig
+
+
+class Config(BaseSettings):
+    """The whole server configuration."""
+
+    # Errors name the field and the rule, never the value: it may be a key or a secret.
+    model_config = SettingsConfigDict(
+        env_prefix="VOXPIPE_", env_nested_delimiter="__", hide_input_in_errors=True
+    )
+
+    vad: VadConfig = Field(default_factory=VadConfig)
+    turn: TurnConfig = Field(default_factory=TurnConfig)
+    stt: SttConfig = Field(default_factory=SttConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
+    remote_llm: RemoteLlmConfig = Field(default_factory=RemoteLlmConfig)
+    tts: TtsConfig = Field(default_factory=TtsConfig)
+    chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
+    audio: AudioConfig = Field(default_factory=AudioConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    deadlines: DeadlineConfig = Field(default_factory=DeadlineConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+
+    @classmethod
+    def load(cls, path: Path | None = None, **overrides: Any) -> Config:
+        """Defaults < env < the JSON file (``path`` or ``$VOXPIPE_CONFIG``) < ``overrides``."""
+        file = path or (
+            Path(os.environ["VOXPIPE_CONFIG"]) if os.environ.get("VOXPIPE_CONFIG") else None
+        )
+        data: dict[str, Any] = json.loads(file.read_text()) if file else {}
+        for section, values in overrides.items():
+            data.setdefault(section, {}).update(values)
+        return cls(**data)

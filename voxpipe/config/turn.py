@@ -1,0 +1,106 @@
+"""How the caller's audio becomes turns, the reply's text clauses, and the wire's audio."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, model_validator
+
+
+class TurnConfig(BaseModel):
+    """How speech probabilities become user turns (end-pointing)."""
+
+    threshold: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Speech probability that opens speech."
+    )
+    release_threshold: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Probability below which a window counts as silence (default threshold-0.15).",
+    )
+    min_speech_ms: int = Field(
+        96, ge=0, le=2000, description="Speech shorter than this is ignored."
+    )
+    prefix_padding_ms: int = Field(
+        300, ge=0, le=2000, description="Audio kept before detected speech start and sent to STT."
+    )
+    silence_ms: int = Field(500, ge=32, le=5000, description="Silence that ends the user's turn.")
+    max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
+    interrupt: bool = Field(
+        True,
+        description="Barge-in: caller speech during a reply stops it. Off: the reply plays out "
+        "and the caller's turn is answered after it.",
+    )
+    min_interruption_ms: int = Field(
+        250,
+        ge=0,
+        le=3000,
+        description="Speech during a reply must last this long to interrupt it; shorter speech "
+        "(a backchannel such as 'uh-huh', a cough) only pauses the reply and is not a turn.",
+    )
+    preempt_ms: int | None = Field(
+        200,
+        ge=32,
+        le=5000,
+        description="After this much silence, start STT, LLM and TTS on the turn so far, held "
+        "back until the turn ends (discarded if speech resumes). None = off.",
+    )
+
+    @model_validator(mode="after")
+    def _release_below_threshold(self) -> TurnConfig:
+        if self.release_threshold is not None and self.release_threshold > self.threshold:
+            raise ValueError("release_threshold must not exceed threshold")
+        if self.preempt_ms is not None and self.preempt_ms >= self.silence_ms:
+            self.preempt_ms = None  # the turn ends first: nothing to preempt
+        return self
+
+
+class ChunkerConfig(BaseModel):
+    """Where the reply text is cut into clauses for TTS."""
+
+    min_first_chars: int = Field(
+        8, ge=1, description="The first clause may end at a comma once it has this many chars."
+    )
+    first_phrase_max_words: int = Field(
+        5,
+        ge=0,
+        description="The first chunk (what the caller waits for) ends after this many words "
+        "at most, so a long sentence with no comma is not spoken only once it is whole; "
+        "0 = the first chunk is a clause like the others.",
+    )
+    first_phrase_min_words: int = Field(
+        3,
+        ge=1,
+        description="The first chunk may end before a word that starts a phrase (and, with, "
+        "to, because, ...) once this many words precede it.",
+    )
+    min_chars: int = Field(
+        40, ge=1, description="Later clauses end at a comma only past this many chars."
+    )
+    max_chars: int = Field(
+        160, ge=20, description="A clause with no punctuation is cut at a space past this."
+    )
+
+
+class AudioConfig(BaseModel):
+    """Wire formats and buffer bounds."""
+
+    input_sample_rate: int = Field(16000, description="Default rate of inbound PCM16.")
+    output_sample_rate: int | None = Field(
+        None, description="Default rate of outbound PCM16; None = the voice's native rate."
+    )
+    min_sample_rate: int = Field(8000, description="Lowest rate a client may declare.")
+    max_sample_rate: int = Field(48000, description="Highest rate a client may declare.")
+    max_frame_ms: int = Field(
+        1000, ge=10, description="Longest inbound audio frame accepted, in milliseconds."
+    )
+    out_frame_ms: int = Field(20, ge=10, le=200, description="Duration of each outbound frame.")
+    playback_lead_ms: int = Field(
+        400,
+        ge=0,
+        le=10000,
+        description="How far ahead of real time outbound audio is sent; the rest waits server-side "
+        "so a cancel can still stop it.",
+    )
+    outbound_buffer_ms: int = Field(
+        15000, ge=200, description="Bound of synthesized audio waiting to be sent (producer waits)."
+    )

@@ -1,0 +1,166 @@
+"""Each engine reached through its runner: the only way the rest of the server calls one.
+
+An engine is synchronous and must run on its runner's thread (:mod:`voxpipe.engines.runner`:
+one bounded, deadline-ordered queue per engine, queue wait measured apart from compute).
+These wrappers pair the two once, so a caller writes ``await stt.transcribe(audio, clock)``
+and cannot run a model on the event loop or on a thread of its own (which would bring a
+second OpenMP pool into the process: docs/architecture.md, "The thread budget").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    Engines,
+    LlmEngine,
+    LlmUsage,
+    SttEngine,
+    Transcription,
+    TtsEngine,
+    VadEngine,
+    VadStream,
+)
+from voxpipe.engines.runner import EngineRunner, JobClock
+
+E = TypeVar("E")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Runners:
+    """One runner per engine: the server's whole thread budget."""
+
+    vad: EngineRunner
+    stt: EngineRunner
+    llm: EngineRunner
+    tts: EngineRunner
+
+    def close(self) -> None:
+        for runner in (self.vad, self.stt, self.llm, self.tts):
+            runner.close()
+
+
+@dataclass(frozen=True)
+class Queued(Generic[E]):
+    """An engine and the runner whose thread alone runs it."""
+
+    engine: E
+    runner: EngineRunner
+
+    @property
+    def idle(self) -> bool:
+        """No job waiting or running: optional work may start without delaying any."""
+        return self.runner.idle
+
+    async def run(
+        self, job: Callable[[E], T], clock: JobClock | None = None, deadline_ns: int | None = None
+    ) -> T:
+        """``job(engine)`` on the engine's thread: what has no method here (a warm-up)."""
+        engine = self.engine
+        return await self.runner.call(lambda: job(engine), clock, deadline_ns)
+
+
+class QueuedVad(Queued[VadEngine]):
+    @property
+    def window_samples(self) -> int:
+        return self.engine.window_samples
+
+    def new_stream(self) -> VadStream:
+        """A call's own VAD state, for :meth:`process` (making one runs no model)."""
+        return self.engine.new_stream()
+
+    async def process(
+        self, stream: VadStream, windows: np.ndarray, clock: JobClock | None = None
+    ) -> list[float]:
+        """One speech probability per window of ``windows`` (16 kHz float32)."""
+        return await self.runner.call(lambda: stream.process(windows), clock)
+
+
+class QueuedStt(Queued[SttEngine]):
+    async def transcribe(self, audio: np.ndarray, clock: JobClock | None = None) -> Transcription:
+        """``audio``: mono float32 at 16 kHz."""
+        engine = self.engine
+        return await self.runner.call(lambda: engine.transcribe(audio), clock)
+
+
+class QueuedLlm(Queued[LlmEngine]):
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        clock: JobClock | None = None,
+        gate: threading.Event | None = None,
+    ) -> AsyncGenerator[str, None]:
+        """The reply's text deltas as the LLM's thread makes them; while ``gate`` is clear
+        the thread holds before its next token (:meth:`EngineRunner.stream`)."""
+        engine = self.engine
+        return self.runner.stream(
+            lambda: engine.stream(session_id, messages, cancel, usage), clock, gate=gate
+        )
+
+    async def prefill(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        clock: JobClock | None = None,
+    ) -> LlmUsage:
+        engine = self.engine
+        return await self.runner.call(lambda: engine.prefill(session_id, messages, cancel), clock)
+
+    def forget(self, session_id: str) -> None:
+        """Drop the state kept for ``session_id`` (no model runs: not queued)."""
+        self.engine.forget(session_id)
+
+
+class QueuedTts(Queued[TtsEngine]):
+    @property
+    def sample_rate(self) -> int:
+        return self.engine.sample_rate
+
+    def synthesize(
+        self,
+        text: str,
+        cancel: CancelToken,
+        clock: JobClock | None = None,
+        deadline_ns: int | None = None,
+    ) -> AsyncGenerator[np.ndarray, None]:
+        """Mono int16 chunks of ``text`` at :attr:`sample_rate`, as the TTS thread makes
+        them; the job waits its turn by ``deadline_ns`` (default: now)."""
+        engine = self.engine
+        return self.runner.stream(
+            lambda: engine.synthesize(text, cancel), clock, deadline_ns=deadline_ns
+        )
+
+
+@dataclass(frozen=True)
+class QueuedEngines:
+    """The four engines, each behind its runner."""
+
+    vad: QueuedVad
+    stt: QueuedStt
+    llm: QueuedLlm
+    tts: QueuedTts
+
+    @classmethod
+    def of(cls, engines: Engines, runners: Runners) -> QueuedEngines:
+        return cls(
+            QueuedVad(engines.vad, runners.vad),
+            QueuedStt(engines.stt, runners.stt),
+            QueuedLlm(engines.llm, runners.llm),
+            QueuedTts(engines.tts, runners.tts),
+        )
+
+    def all(self) -> tuple[Queued[Any], ...]:
+        """In the order the server warms them."""
+        return (self.vad, self.stt, self.llm, self.tts)

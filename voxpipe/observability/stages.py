@@ -1,0 +1,194 @@
+"""When each stage of a reply began and ended, written in one place.
+
+A reply runs its STT, then the LLM, the TTS (once per clause) and the playback at once;
+the pipeline (``conversation/reply.py``) only says what happened (a token came, a clause
+was cut, a frame went out) and :class:`StageTimer` turns that into the turn's
+:class:`~voxpipe.observability.timeline.TurnTimeline`: stage marks, each engine job's queue
+wait and compute, the deadline misses. ``turn.metrics``, the turn log and the Prometheus
+histograms all read that timeline, so their figures come from here alone.
+
+Every engine stage begins and ends in :meth:`StageTimer._stage`: the one place where a
+trace span will open and close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+from voxpipe.config import DeadlineConfig
+from voxpipe.observability.metrics import Metrics
+from voxpipe.observability.timeline import TurnTimeline
+
+
+class JobTimes(Protocol):
+    """What an engine's runner measured of one job (``engines.runner.JobClock``)."""
+
+    @property
+    def started_ns(self) -> int: ...
+
+    @property
+    def first_item_ns(self) -> int: ...
+
+    @property
+    def queue_s(self) -> float: ...
+
+    @property
+    def compute_s(self) -> float: ...
+
+
+class TokenUsage(Protocol):
+    """What the LLM counted of one request (``engines.base.LlmUsage``)."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def reused_tokens(self) -> int: ...
+
+    @property
+    def prefill_tokens(self) -> int: ...
+
+    @property
+    def completion_tokens(self) -> int: ...
+
+    @property
+    def state_restored(self) -> bool: ...
+
+    @property
+    def finish_reason(self) -> str: ...
+
+
+class StageTimer:
+    """The timing of one reply. Deadlines count from the end of the caller's speech;
+    a miss is counted (``voxpipe_deadline_misses_total``) and listed in the turn's
+    ``deadline_misses``."""
+
+    def __init__(self, timeline: TurnTimeline, metrics: Metrics, deadlines: DeadlineConfig):
+        self.timeline = timeline
+        self._metrics = metrics
+        self._deadlines = deadlines
+        self._llm_job: JobTimes | None = None
+        self._tokens = 0  # LLM deltas so far: how many the first phrase waited for
+
+    @contextlib.contextmanager
+    def _stage(self, name: str) -> Iterator[None]:
+        """Every engine stage (``stt``, ``llm``, each clause's ``tts``) begins and ends
+        here and nowhere else: the place for a trace span (issue 16). An exception ends it
+        and goes on."""
+        yield
+
+    # -- STT ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def stt(self, job: JobTimes) -> Iterator[None]:
+        """The caller's turn transcribed (``job``: the STT's clock); recorded on success."""
+        with self._stage("stt"):
+            yield
+        tl = self.timeline
+        tl.mark("stt_done")
+        self._check("stt", self._deadlines.stt_ms)
+        tl.compute_s["stt"], tl.queue_s["stt"] = job.compute_s, job.queue_s
+
+    # -- LLM ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def llm(self, job: JobTimes) -> Iterator[None]:
+        """The LLM asked for the reply (``job``: its stream's clock) until it stops."""
+        self._llm_job = job
+        with self._stage("llm"):
+            self.timeline.mark("llm_request")
+            yield
+
+    def token(self) -> None:
+        self.timeline.mark("llm_first_token")
+        self._tokens += 1
+
+    def clause(self, text: str) -> None:
+        """A clause was cut for the TTS; the first is what the caller waits for."""
+        tl = self.timeline
+        if tl.has("first_clause"):
+            return
+        tl.mark("first_clause")
+        tl.counters["first_clause"] = text
+        tl.counters["first_clause_tokens"] = self._tokens
+        job = self._llm_job
+        if job is not None and job.started_ns:
+            tl.compute_s["llm_first_clause"] = (tl.marks_ns["first_clause"] - job.started_ns) / 1e9
+
+    def first_token_wait_s(self) -> float:
+        """How long the first token may still take before the filler is due."""
+        due_ns = (
+            self.timeline.marks_ns["speech_end"] + self._deadlines.llm_first_token_ms * 1_000_000
+        )
+        return max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
+
+    def filler(self, text: str) -> None:
+        """The first token was late and the filler is said."""
+        self._metrics.fillers.inc()
+        self.timeline.counters["filler"] = text
+
+    def llm_done(self, job: JobTimes, usage: TokenUsage) -> None:
+        """The reply's pipeline is over, however it ended: what the LLM cost."""
+        tl = self.timeline
+        if job.started_ns and job.first_item_ns:
+            tl.compute_s["llm_ttft"] = (job.first_item_ns - job.started_ns) / 1e9
+        tl.queue_s["llm"] = job.queue_s
+        tl.compute_s["llm_total"] = job.compute_s
+        tl.counters["llm"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "reused_tokens": usage.reused_tokens,
+            "prefill_tokens": usage.prefill_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "state_restored": usage.state_restored,
+            "finish_reason": usage.finish_reason,
+        }
+
+    # -- TTS and playback -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def tts(self, job: JobTimes) -> Iterator[None]:
+        """One clause synthesized (``job``: its clock); recorded once it is all out. The
+        first clause's first chunk is what the caller waits for, not the whole clause."""
+        with self._stage("tts"):
+            yield
+        tl = self.timeline
+        if job.first_item_ns:
+            tl.compute_s.setdefault("tts_first", (job.first_item_ns - job.started_ns) / 1e9)
+        tl.queue_s.setdefault("tts_first", job.queue_s)
+        tl.compute_s["tts_total"] = tl.compute_s.get("tts_total", 0.0) + job.compute_s
+
+    def tts_chunk(self) -> None:
+        self.timeline.mark("tts_first_chunk")
+
+    def audio_sent(self, at_ns: int, filler: bool) -> None:
+        """A frame was handed to the transport at ``at_ns``: the filler's, or the reply's."""
+        tl = self.timeline
+        if filler:
+            tl.mark("filler_sent", at_ns)
+            return
+        if not tl.has("first_audio_sent"):
+            self._check("tts_first_chunk", self._deadlines.tts_first_chunk_ms)
+        tl.mark("first_audio_sent", at_ns)
+
+    # -- the turn ---------------------------------------------------------------
+
+    def confirmed(self, speech_end_ns: int) -> None:
+        """A held reply's turn ended (its speech at ``speech_end_ns``): it counts from here."""
+        self.timeline.marks_ns["speech_end"] = speech_end_ns
+        self.timeline.mark("eot")
+
+    def done(self) -> None:
+        self.timeline.mark("response_done")
+
+    def missed(self, stage: str) -> None:
+        self._metrics.deadline_misses.labels(stage).inc()
+        self.timeline.counters.setdefault("deadline_misses", []).append(stage)
+
+    def _check(self, stage: str, due_ms: int) -> None:
+        """Count a miss if ``stage`` came later than ``due_ms`` after the caller's speech."""
+        start = self.timeline.marks_ns.get("speech_end")
+        if start is not None and time.monotonic_ns() - start > due_ms * 1_000_000:
+            self.missed(stage)
