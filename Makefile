@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
-.PHONY: run cluster test bench load lint typecheck unit e2e install sysdeps models clean
+.PHONY: run cluster test test-shuffled bench load lint typecheck unit e2e install sysdeps models clean
 
 install: $(STAMP)
 
@@ -72,6 +72,15 @@ e2e: install sysdeps
 
 test: install sysdeps lint typecheck
 	$(BIN)/pytest -q tests
+
+# The tests in a random order (pytest-randomly, off in `make test`): modules shuffled, then the
+# tests within each. The seed is printed first; `make test-shuffled SEED=1234` replays an order.
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+test-shuffled: install sysdeps
+	@echo "test order: --randomly-seed=$(SEED) (make test-shuffled SEED=$(SEED) replays it)"
+	$(BIN)/pytest -q -p randomly --randomly-seed=$(SEED) tests
 
 bench: install sysdeps
 	$(BIN)/python -m bench caller

@@ -2,7 +2,8 @@
 
 Each bad input must get its exact typed ``error`` event (``docs/protocol.md``, "Error codes"),
 leave the connection usable where the protocol says it stays open, and never take the server
-down. The last test holds a clean call on the same server after all of it.
+down. After every test, ``/metrics`` has counted each error it received (a delta of the
+shared server's counters, so each test stands alone and the module runs in any order).
 """
 
 from __future__ import annotations
@@ -36,8 +37,22 @@ START_TIMEOUT_S = CONFIG.server.start_timeout_s
 REPLY_TIMEOUT_S = 10.0
 CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TOO_BIG = 1000, 1008, 1009
 
-# Error codes this module has received; the last test finds at least as many in /metrics.
+# Error codes the running test has received (reset for each test by `errors_are_counted`).
 _received: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+async def errors_are_counted(server: RunningServer) -> AsyncIterator[None]:
+    """Every error a test received, /metrics counted: the server's ``voxpipe_errors_total``
+    grew by at least as many of each code during the test (other calls may add more)."""
+    _received.clear()
+    before = await metrics_text(server)
+    yield
+    after = await metrics_text(server)
+    for code, count in _received.items():
+        sample = f'voxpipe_errors_total{{code="{code}"}}'
+        grown = (metric_value(after, sample) or 0) - (metric_value(before, sample) or 0)
+        assert grown >= count, (code, grown, count)
 
 
 # -- helpers ------------------------------------------------------------------
@@ -483,7 +498,8 @@ async def test_no_session_start_in_time(server: RunningServer) -> None:
 
 
 async def test_valid_session_after_the_abuse(server: RunningServer) -> None:
-    """Last in this module: a clean call, then /metrics counts every error sent above."""
+    """A clean call with garbage in the middle, then no call is left held; run last, it
+    shows the server whole after all of the module's abuse."""
     rate, frame_ms = 16000, 20
     async with connect(server) as ws:
         started = await start(ws, input_sample_rate=rate)
@@ -504,11 +520,8 @@ async def test_valid_session_after_the_abuse(server: RunningServer) -> None:
         assert not errors, errors
     await assert_server_up(server)
 
+    assert _received == {ErrorCode.INVALID_JSON.value: 1}, "its own error, counted on teardown"
     text = await metrics_text(server)
-    assert _received, "no error was received"
-    for code, count in _received.items():
-        value = metric_value(text, f'voxpipe_errors_total{{code="{code}"}}')
-        assert value is not None and value >= count, (code, value, count)
     deadline = time.monotonic() + 5
     # Connections the protocol layer failed (1009) look dropped: their sessions wait out the
     # resume grace (short on the test server), then close.

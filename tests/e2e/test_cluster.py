@@ -41,6 +41,44 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         running.stop()
 
 
+async def readiness(cluster: LocalCluster) -> list[list[int]]:
+    """Each worker's /readyz status (0: not listening), polled until both are 200 (for up to
+    two minutes: a killed worker's restart loads and warms its models); every poll."""
+
+    async def statuses() -> list[int]:
+        out = []
+        async with httpx.AsyncClient(timeout=2) as http:
+            for port in cluster.worker_ports:
+                try:
+                    out.append((await http.get(f"http://127.0.0.1:{port}/readyz")).status_code)
+                except httpx.ConnectError:
+                    out.append(0)
+        return out
+
+    seen: list[list[int]] = []
+    for _ in range(600):
+        seen.append(await statuses())
+        if seen[-1] == [200, 200]:
+            break
+        await asyncio.sleep(0.2)
+    return seen
+
+
+@pytest.fixture(autouse=True)
+async def both_workers_up(cluster: LocalCluster) -> None:
+    """Every test starts on a whole cluster, whichever test killed a worker before it."""
+    seen = await readiness(cluster)
+    assert seen[-1] == [200, 200], seen[-5:]
+
+
+async def restores(port: int) -> tuple[float, float]:
+    """A worker's sessions restored from Redis, and LLM contexts it rebuilt, so far."""
+    async with httpx.AsyncClient(timeout=5) as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    restored = metric_value(text, 'voxpipe_session_restores_total{outcome="restored"}') or 0
+    return restored, metric_value(text, "voxpipe_context_rebuild_seconds_count") or 0
+
+
 def worker_of(client: NativeClient) -> str:
     """The worker that answered this client's latest handshake (through nginx)."""
     name: str = client._ws.response.headers[WORKER_HEADER]
@@ -88,6 +126,8 @@ async def test_sessions_stay_on_one_worker_and_spread_across_workers(
 
 
 async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluster) -> None:
+    """The call goes on on the other worker; the supervisor brings the killed one back, and
+    it listens only once warm, so it answers /readyz 200 from its first reachable moment."""
     clips = librivox_clips()
     first, second, third, fourth = (read_wav(clips[i].path) for i in (1, 2, 3, 4))
     session_id = uuid.uuid4().hex
@@ -95,6 +135,9 @@ async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluste
     try:
         await client.connect(session_id=session_id, instructions=BRIEF)
         home = worker_of(client)
+        home_port = port_of(cluster, home)
+        other_port = next(p for p in cluster.worker_ports if p != home_port)
+        restored_before, rebuilt_before = await restores(other_port)
         one = await client.speak(*first)
         two = await client.speak(*second)
         # Kill the worker while it speaks the reply to turn 3.
@@ -137,41 +180,18 @@ async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluste
     after = [h for h in hops if not h.endswith(f":{home_port}")]
     assert after and all(h.endswith(f":{away_port}") for h in after), hops
     # The new worker restored the session from Redis and rebuilt its LLM context.
-    async with httpx.AsyncClient(timeout=5) as http:
-        text = (await http.get(f"http://127.0.0.1:{away_port}/metrics")).text
-    assert metric_value(text, 'voxpipe_session_restores_total{outcome="restored"}') == 1
-    assert (metric_value(text, "voxpipe_context_rebuild_seconds_count") or 0) >= 1
+    assert away_port == other_port
+    restored_now, rebuilt_now = await restores(away_port)
+    assert restored_now == restored_before + 1 and rebuilt_now >= rebuilt_before + 1
+    # The killed worker is restarted, and answers only once warm.
+    seen = await readiness(cluster)
+    assert seen[-1] == [200, 200], seen[-5:]
+    assert all(code in (0, 200) for codes in seen for code in codes), "a cold worker answered"
 
 
 def port_of_addr(cluster: LocalCluster, worker: str) -> int:
     """A worker's port from its name (``w0`` is the first port), even after it died."""
     return cluster.worker_ports[int(worker.removeprefix("w"))]
-
-
-async def test_a_killed_worker_is_restarted_and_warm_before_it_takes_calls(
-    cluster: LocalCluster,
-) -> None:
-    """After the kill above, the supervisor brings the worker back; it listens only once
-    warm, so it answers /readyz 200 from its first reachable moment."""
-
-    async def statuses() -> list[int]:
-        out = []
-        async with httpx.AsyncClient(timeout=2) as http:
-            for port in cluster.worker_ports:
-                try:
-                    out.append((await http.get(f"http://127.0.0.1:{port}/readyz")).status_code)
-                except httpx.ConnectError:
-                    out.append(0)
-        return out
-
-    seen: list[list[int]] = []
-    for _ in range(600):
-        seen.append(await statuses())
-        if seen[-1] == [200, 200]:
-            break
-        await asyncio.sleep(0.2)
-    assert seen[-1] == [200, 200], seen[-5:]
-    assert all(code in (0, 200) for codes in seen for code in codes), "a cold worker answered"
 
 
 async def test_a_copy_left_behind_on_a_worker_gives_way_to_the_newer_state(

@@ -1,6 +1,7 @@
 """A text frame that is not UTF-8 on each WebSocket transport of the real server: the
 transport's typed error where its protocol has one, close 1007 with a reason, the call's
-session closed, and in the server's log one warning per connection and no traceback."""
+session closed, and in the server's log one warning per connection and no traceback (each
+test's own part of the shared server's log, so the tests run alone and in any order)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import base64
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -25,13 +28,34 @@ TIMEOUT_S = 30.0
 CLOSE_BAD_DATA = 1007
 WARNING = "is not UTF-8"
 HELD = ('voxpipe_calls{state="connected"}', 'voxpipe_calls{state="detached"}')
-_connections = [0]  # connections this module failed with invalid UTF-8
+_connections = [0]  # connections the running test failed with invalid UTF-8
 
 
-@pytest.fixture(scope="module")
-def log_start(server: RunningServer) -> int:
-    """Where this module's part of the shared server's log begins."""
-    return server.log_path.stat().st_size
+def _invalid_utf8_counted(server: RunningServer) -> float:
+    metrics = httpx.get(f"{server.http}/metrics", timeout=5).text
+    return metric_value(metrics, 'voxpipe_errors_total{code="invalid_utf8"}') or 0.0
+
+
+@pytest.fixture(autouse=True)
+def one_warning_per_connection(server: RunningServer) -> Iterator[None]:
+    """The log the server wrote during a test: no traceback, uvicorn's own handling never
+    ran, and one warning for each connection the test failed with invalid UTF-8, each
+    counted in ``voxpipe_errors_total{code="invalid_utf8"}``."""
+    _connections[0] = 0
+    log_start = server.log_path.stat().st_size
+    counted = _invalid_utf8_counted(server)
+    yield
+    assert _invalid_utf8_counted(server) - counted >= _connections[0]
+    with server.log_path.open("rb") as log:
+        log.seek(log_start)
+        text = log.read().decode(errors="replace")
+    assert not tracebacks(text), "\n\n".join(tracebacks(text))[-4000:]
+    assert "Invalid UTF-8 sequence" not in text, "uvicorn's own handling ran"
+    warnings = [line for line in text.splitlines() if WARNING in line]
+    assert len(warnings) == _connections[0], warnings
+    assert all(" WARNING " in line for line in warnings), warnings
+    calls = [line.split(" call ", 1)[1].split(":", 1)[0] for line in warnings]
+    assert len(set(calls)) == len(calls), "one line per connection"
 
 
 async def until_closed(ws: ClientConnection) -> tuple[list[Any], int, str]:
@@ -51,7 +75,7 @@ async def no_call_held(server: RunningServer) -> None:
     assert [metric_value(metrics, m) for m in HELD] == [0, 0], "the call is still held"
 
 
-async def test_native_mid_call(server: RunningServer, log_start: int) -> None:
+async def test_native_mid_call(server: RunningServer) -> None:
     async with websockets.connect(server.ws, open_timeout=TIMEOUT_S) as ws:
         await ws.send(json.dumps({"type": "session.start"}))
         started = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
@@ -67,7 +91,7 @@ async def test_native_mid_call(server: RunningServer, log_start: int) -> None:
     await no_call_held(server)
 
 
-async def test_native_before_session_start(server: RunningServer, log_start: int) -> None:
+async def test_native_before_session_start(server: RunningServer) -> None:
     async with websockets.connect(server.ws, open_timeout=TIMEOUT_S) as ws:
         await ws.send(b"\xff\xfe\xfd", text=True)
         events, code, reason = await until_closed(ws)
@@ -75,7 +99,7 @@ async def test_native_before_session_start(server: RunningServer, log_start: int
     assert code == CLOSE_BAD_DATA and reason.startswith("invalid_utf8: ")
 
 
-async def test_realtime(server: RunningServer, log_start: int) -> None:
+async def test_realtime(server: RunningServer) -> None:
     url = f"ws://127.0.0.1:{server.port}/v1/realtime?model=gpt-realtime"
     async with websockets.connect(url, open_timeout=TIMEOUT_S) as ws:
         for kind in ("session.created", "conversation.created"):
@@ -90,7 +114,7 @@ async def test_realtime(server: RunningServer, log_start: int) -> None:
     await no_call_held(server)
 
 
-async def test_twilio_mid_call(server: RunningServer, log_start: int) -> None:
+async def test_twilio_mid_call(server: RunningServer) -> None:
     sid = f"MZ{uuid.uuid4().hex}"
     ids = {"streamSid": sid, "accountSid": f"AC{uuid.uuid4().hex}", "callSid": f"CA{sid[2:]}"}
     url = f"ws://127.0.0.1:{server.port}/v1/twilio"
@@ -114,21 +138,3 @@ async def test_twilio_mid_call(server: RunningServer, log_start: int) -> None:
     assert [e for e in events if e.get("event") not in ("media", "mark", "clear")] == []
     assert code == CLOSE_BAD_DATA and reason.startswith("invalid_utf8: ")
     await no_call_held(server)
-
-
-async def test_the_log_has_one_warning_per_connection_and_no_traceback(
-    server: RunningServer, log_start: int
-) -> None:
-    """Last in this module."""
-    with server.log_path.open("rb") as log:
-        log.seek(log_start)
-        text = log.read().decode(errors="replace")
-    assert not tracebacks(text), "\n\n".join(tracebacks(text))[-4000:]
-    assert "Invalid UTF-8 sequence" not in text, "uvicorn's own handling ran"
-    warnings = [line for line in text.splitlines() if WARNING in line]
-    assert len(warnings) == _connections[0] == 4, warnings
-    assert all(" WARNING " in line for line in warnings), warnings
-    calls = [line.split(" call ", 1)[1].split(":", 1)[0] for line in warnings]
-    assert len(set(calls)) == len(calls), "one line per connection"
-    metrics = await metrics_text(server)
-    assert (metric_value(metrics, 'voxpipe_errors_total{code="invalid_utf8"}') or 0) >= 4

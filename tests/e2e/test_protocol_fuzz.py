@@ -5,8 +5,10 @@ invalid UTF-8 text frames at the native protocol, before and inside a session. A
 written from ``docs/protocol.md`` says how each message may be answered: a typed ``error``
 with the documented code, the event that answers it, or silence (audio). After every message a
 ``ping`` must still get its ``pong`` (the connection stays usable) unless the protocol says the
-server closes, with that close code. The last test checks that nothing crashed: the process is
-alive, ``/healthz`` answers, its log holds no unexpected traceback, and every call is released.
+server closes, with that close code. After every test, ``fuzzing_leaves_no_trace`` checks
+that nothing crashed: the process is alive, ``/healthz`` answers, the log it wrote during the
+test holds no unexpected traceback, ``/metrics`` counted every error received, and every call
+is released. Each test stands alone, so the module runs in any order.
 
 Runs are derandomized (no example database), so CI sees the same examples every time.
 """
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 import websockets
 from hypothesis import HealthCheck, given, settings
@@ -32,7 +35,6 @@ from tests.support import (
     RunningServer,
     assert_server_up,
     metric_value,
-    metrics_text,
     tracebacks,
 )
 from voxpipe.config import Config
@@ -100,6 +102,7 @@ FUZZ = settings(
     ],
 )
 
+# What the running test saw (reset for each test by `fuzzing_leaves_no_trace`):
 _received: Counter[str] = Counter()  # error codes received; /metrics must count at least these
 _closes: Counter[int] = Counter()  # close codes the server ended fuzzed connections with
 _connections = [0]
@@ -566,60 +569,44 @@ def scenarios(messages: st.SearchStrategy[Message], most: int) -> st.SearchStrat
 # -- the fuzzing --------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def log_start(server: RunningServer) -> int:
-    """Where this module's part of the shared server's log begins."""
-    return server.log_path.stat().st_size
+HELD = ('voxpipe_calls{state="connected"}', 'voxpipe_calls{state="detached"}')
 
 
-@settings(FUZZ, max_examples=30)
-@given(scenarios(binary_frames, 6))
-def test_fuzzed_binary_frames(
-    server: RunningServer, log_start: int, scenario: tuple[list[Message], int]
-) -> None:
-    fuzz(server, *scenario)
+def _metrics(server: RunningServer) -> str:
+    response = httpx.get(f"{server.http}/metrics", timeout=5)
+    assert response.status_code == 200
+    return response.text
 
 
-@settings(FUZZ, max_examples=30)
-@given(scenarios(random_json, 6))
-def test_fuzzed_json(
-    server: RunningServer, log_start: int, scenario: tuple[list[Message], int]
-) -> None:
-    fuzz(server, *scenario)
-
-
-@settings(FUZZ, max_examples=45)
-@given(scenarios(known, 6))
-def test_fuzzed_known_events(
-    server: RunningServer, log_start: int, scenario: tuple[list[Message], int]
-) -> None:
-    fuzz(server, *scenario)
-
-
-@settings(FUZZ, max_examples=25)
-@given(scenarios(st.one_of(raw_texts, invalid_utf8), 6))
-def test_fuzzed_text_frames(
-    server: RunningServer, log_start: int, scenario: tuple[list[Message], int]
-) -> None:
-    fuzz(server, *scenario)
-
-
-@settings(FUZZ, max_examples=20)
-@given(scenarios(st.one_of(binary_frames, random_json, known, raw_texts, invalid_utf8), 10))
-def test_fuzzed_mixture(
-    server: RunningServer, log_start: int, scenario: tuple[list[Message], int]
-) -> None:
-    fuzz(server, *scenario)
-
-
-async def test_the_server_survived_the_fuzzing(server: RunningServer, log_start: int) -> None:
-    """Last in this module: alive, a clean log, every error counted, every call released."""
-    await assert_server_up(server)
-    async with websockets.connect(server.ws, open_timeout=30) as ws:
-        await ws.send(START)
-        assert json.loads(await asyncio.wait_for(ws.recv(), REPLY_TIMEOUT_S))["type"] == (
-            "session.started"
-        )
+@pytest.fixture(autouse=True)
+def fuzzing_leaves_no_trace(server: RunningServer) -> Iterator[None]:
+    """Around each test (all of its examples): the server is alive, /metrics grew by every
+    error the test received, no call is held, and its log since the test began is clean."""
+    _received.clear()
+    _closes.clear()
+    _connections[0] = 0
+    log_start = server.log_path.stat().st_size
+    before = _metrics(server)
+    yield
+    health = httpx.get(f"{server.http}/healthz", timeout=5)
+    assert health.status_code == 200 and server.alive(), server.log_path.read_text()[-4000:]
+    metrics = _metrics(server)
+    if _connections[0]:
+        assert _received, "the fuzzing received no error at all"
+        print(f"\nfuzzing: {_connections[0]} connections; errors: {dict(_received)}")
+        print(f"fuzzing: connections the server closed, by code: {dict(_closes)}")
+    for code, count in _received.items():
+        sample = f'voxpipe_errors_total{{code="{code}"}}'
+        grown = (metric_value(metrics, sample) or 0) - (metric_value(before, sample) or 0)
+        assert grown >= count, (code, grown, count)
+    # A connection the WebSocket layer failed (1009) looks dropped: its session waits out the
+    # resume grace (short on the test server), then closes.
+    deadline = time.monotonic() + 5 + RESUME_GRACE_S
+    while any(metric_value(metrics, m) != 0 for m in HELD) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        metrics = _metrics(server)
+    assert [metric_value(metrics, m) for m in HELD] == [0, 0], "a call leaked"
+    # Read last, so what the sessions closing above logged is this test's too.
     with server.log_path.open("rb") as log:
         log.seek(log_start)
         text = log.read().decode(errors="replace")
@@ -627,18 +614,43 @@ async def test_the_server_survived_the_fuzzing(server: RunningServer, log_start:
     found = tracebacks(text)  # text frames that are not UTF-8 included: a warning each
     assert not found, "\n\n".join(found)[-6000:]
 
-    metrics = await metrics_text(server)
-    assert _received, "the fuzzing received no error at all"
-    print(f"\nfuzzing: {_connections[0]} connections; errors: {dict(_received)}")
-    print(f"fuzzing: connections the server closed, by code: {dict(_closes)}")
-    for code, count in _received.items():
-        value = metric_value(metrics, f'voxpipe_errors_total{{code="{code}"}}')
-        assert value is not None and value >= count, (code, value, count)
-    # A connection the WebSocket layer failed (1009) looks dropped: its session waits out the
-    # resume grace (short on the test server), then closes.
-    held = ('voxpipe_calls{state="connected"}', 'voxpipe_calls{state="detached"}')
-    deadline = time.monotonic() + 5 + RESUME_GRACE_S
-    while any(metric_value(metrics, m) != 0 for m in held) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        metrics = await metrics_text(server)
-    assert [metric_value(metrics, m) for m in held] == [0, 0], "a call leaked"
+
+@settings(FUZZ, max_examples=30)
+@given(scenarios(binary_frames, 6))
+def test_fuzzed_binary_frames(server: RunningServer, scenario: tuple[list[Message], int]) -> None:
+    fuzz(server, *scenario)
+
+
+@settings(FUZZ, max_examples=30)
+@given(scenarios(random_json, 6))
+def test_fuzzed_json(server: RunningServer, scenario: tuple[list[Message], int]) -> None:
+    fuzz(server, *scenario)
+
+
+@settings(FUZZ, max_examples=45)
+@given(scenarios(known, 6))
+def test_fuzzed_known_events(server: RunningServer, scenario: tuple[list[Message], int]) -> None:
+    fuzz(server, *scenario)
+
+
+@settings(FUZZ, max_examples=25)
+@given(scenarios(st.one_of(raw_texts, invalid_utf8), 6))
+def test_fuzzed_text_frames(server: RunningServer, scenario: tuple[list[Message], int]) -> None:
+    fuzz(server, *scenario)
+
+
+@settings(FUZZ, max_examples=20)
+@given(scenarios(st.one_of(binary_frames, random_json, known, raw_texts, invalid_utf8), 10))
+def test_fuzzed_mixture(server: RunningServer, scenario: tuple[list[Message], int]) -> None:
+    fuzz(server, *scenario)
+
+
+async def test_the_server_survived_the_fuzzing(server: RunningServer) -> None:
+    """A clean call; run after the fuzzing, the server is whole after all of it (the fixture
+    checks its log, its counters and that no call is held)."""
+    await assert_server_up(server)
+    async with websockets.connect(server.ws, open_timeout=30) as ws:
+        await ws.send(START)
+        assert json.loads(await asyncio.wait_for(ws.recv(), REPLY_TIMEOUT_S))["type"] == (
+            "session.started"
+        )

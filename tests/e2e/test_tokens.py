@@ -30,11 +30,13 @@ BRIEF = "You are a voice assistant. Answer every message with one short sentence
 
 class Servers:
     """One server at a time in its own folder; :meth:`restart` is a new process with another
-    key list and the same token secret."""
+    key list and the same token secret. ``keys`` are the keys in force, so a test that runs
+    after the rotation mints with the new ones."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.runs = 0
+        self.keys = KEYS_BEFORE
         self.current = self._start(KEYS_BEFORE)
 
     def _start(self, keys: dict[str, str]) -> RunningServer:
@@ -52,6 +54,7 @@ class Servers:
     def restart(self, keys: dict[str, str]) -> RunningServer:
         self.current.stop()
         self.current = self._start(keys)
+        self.keys = keys
         return self.current
 
 
@@ -99,7 +102,7 @@ async def starts(ws_url: str) -> dict[str, Any]:
 
 async def test_a_token_for_native_opens_no_other_transport(servers: Servers) -> None:
     server = servers.current
-    minted = await mint(server, KEYS_BEFORE["web"], subject="alice", transports=["native"])
+    minted = await mint(server, servers.keys["web"], subject="alice", transports=["native"])
     assert minted["principal"] == "key:web/alice" and minted["transports"] == ["native"]
     token = minted["token"]
     assert await refused(url(server, "/v1/twilio", token)) == (None, 1008)
@@ -114,7 +117,7 @@ async def test_a_token_for_native_opens_no_other_transport(servers: Servers) -> 
 
 async def test_a_single_use_token_is_refused_the_second_time(servers: Servers) -> None:
     server = servers.current
-    token = (await mint(server, KEYS_BEFORE["web"], single_use=True))["token"]
+    token = (await mint(server, servers.keys["web"], single_use=True))["token"]
     assert (await starts(url(server, "/v1/voice", token)))["type"] == "session.started"
     text, code = await refused(url(server, "/v1/voice", token))
     assert code == 1008 and text is not None
@@ -124,7 +127,7 @@ async def test_a_single_use_token_is_refused_the_second_time(servers: Servers) -
 
 async def test_an_expired_token_is_refused(servers: Servers) -> None:
     server = servers.current
-    minted = await mint(server, KEYS_BEFORE["web"], ttl_s=1)
+    minted = await mint(server, servers.keys["web"], ttl_s=1)
     assert minted["expires_in"] == 1
     await asyncio.sleep(2.1)  # the expiry is whole seconds: past it for certain
     text, code = await refused(url(server, "/v1/voice", minted["token"]))
@@ -134,7 +137,8 @@ async def test_an_expired_token_is_refused(servers: Servers) -> None:
 
 
 async def test_a_token_outlives_the_rotation_of_the_key_that_minted_it(servers: Servers) -> None:
-    """Runs last: it restarts the module's server with the web key rotated."""
+    """It restarts the module's server with the web key rotated (``servers.keys`` follows)."""
+    assert servers.keys == KEYS_BEFORE, "the module's server rotates once"
     before = servers.current
     minted = await mint(before, KEYS_BEFORE["web"], subject="alice")
     started_at = time.monotonic()

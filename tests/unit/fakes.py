@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, Transcription
+from voxpipe.config import Config
+from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage, Transcription
 
 
 class FakeVadStream:
@@ -193,3 +194,9 @@ class FakeTts:
 
     def warmup(self) -> None:
         pass
+
+
+def fake_engines(config: Config) -> Engines:
+    """The app's engine factory (``create_app``) on the fakes with their defaults: the STT
+    hears "hello there", the LLM answers "Hello there.", and no model loads."""
+    return Engines(FakeVad(), FakeStt(), FakeLlm(), FakeTts())

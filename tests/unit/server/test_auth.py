@@ -17,9 +17,8 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.fakes import fake_engines
 from voxpipe.config import AuthConfig, Config, StoreConfig
-from voxpipe.engines.base import Engines
 from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 from voxpipe.server.auth import (
@@ -299,10 +298,6 @@ def test_without_a_token_secret_keys_work_and_tokens_do_not() -> None:
 
 
 # -- the app: POST /v1/tokens and refusals at connect -----------------------------------
-
-
-def fake_engines(config: Config) -> Engines:
-    return Engines(FakeVad(), FakeStt("hello"), FakeLlm(), FakeTts())
 
 
 def app(**auth_config: Any) -> TestClient:

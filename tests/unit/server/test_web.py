@@ -8,17 +8,12 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.fakes import fake_engines
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines
 from voxpipe.server.app import create_app
 from voxpipe.server.web import WEB_DIR, wants_html
 
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8"
-
-
-def fake_engines(config: Config) -> Engines:
-    return Engines(FakeVad(), FakeStt("hello"), FakeLlm(), FakeTts())
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from tests.support import until_closed
-from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.fakes import fake_engines
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines
 from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 from voxpipe.server.websocket_protocol import WebSocketProtocol
@@ -33,11 +32,8 @@ NOT_UTF8 = [b"\xff", b'{"type": "ping"}\xc3', b"\xed\xa0\x80", "héllo".encode("
 async def serve() -> AsyncIterator[tuple[int, Any]]:
     config = Config.load(server={"turn_log_path": None}, store={"path": None})
 
-    def engines(config: Config) -> Engines:
-        return Engines(FakeVad(), FakeStt("hello"), FakeLlm(), FakeTts())
-
     port = free_port()
-    app = create_app(config, engines)
+    app = create_app(config, fake_engines)
     # log_config=None: uvicorn's loggers propagate to the root, where caplog listens.
     server = uvicorn.Server(
         uvicorn.Config(app, port=port, log_config=None, log_level="info", ws=WebSocketProtocol)

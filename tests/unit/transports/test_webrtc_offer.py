@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 from aiortc.rtcsctptransport import WEBRTC_STRING
 
-from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.fakes import fake_engines
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.clients.webrtc_client import WebRTCClient
 from voxpipe.config import Config
@@ -24,10 +24,6 @@ from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import create_app
 
 TIMEOUT_S = 20.0
-
-
-def fake_engines(config: Config) -> Engines:
-    return Engines(FakeVad(), FakeStt("hello there"), FakeLlm(), FakeTts())
 
 
 class App:
