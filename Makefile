@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 # Debian packages the tests use: real speech with transcripts, and a synthetic voice.
 # chromium: the headless browser of tests/e2e/test_browser.py.
 # nginx, redis-server: the load balancer and shared session store of tests/e2e/test_cluster.py.
-APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server
+# prometheus: its promtool checks and unit-tests deploy/prometheus/alerts.yml (tests/unit/test_alerts.py).
+APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server prometheus
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
 .PHONY: run cluster test test-shuffled bench load lint typecheck unit e2e install sysdeps models clean
@@ -40,7 +41,7 @@ $(STAMP): pyproject.toml $(LLAMA_STAMP)
 sysdeps:
 	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null \
 	  || ! command -v chromium >/dev/null || ! command -v redis-server >/dev/null \
-	  || ! test -x /usr/sbin/nginx; then \
+	  || ! test -x /usr/sbin/nginx || ! command -v promtool >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(APT_PACKAGES); fi; \

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import socket
 import sys
 import time
@@ -55,7 +56,7 @@ def _configured_secrets(config: Config) -> list[str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from voxpipe.observability import redaction
+    from voxpipe.observability import logs, redaction
     from voxpipe.server.app import create_app
     from voxpipe.server.lifecycle import DrainingServer
     from voxpipe.server.websocket_protocol import WebSocketProtocol
@@ -67,7 +68,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     secrets = _configured_secrets(config)
-    redaction.install(secrets)  # the supervisor's log, and ours before uvicorn starts
+    redact = redaction.install(secrets)  # the supervisor's log, and ours before uvicorn starts
+    json_logs = logs.wants_json(os.environ)  # VOXPIPE_LOG_FORMAT=json; workers inherit it
+    if json_logs:
+        logs.install_json(redact.redact)
     if args.workers > 1:
         from voxpipe.server.supervisor import Supervisor
 
@@ -114,6 +118,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
     )
     redaction.install(secrets)  # uvicorn's own handlers (access log) exist from here on
+    if json_logs:
+        logs.install_json(redact.redact)
     server = DrainingServer(uvicorn_config, app.state.voxpipe)
     server.run(sockets=[listen_socket(config)])
     return 0

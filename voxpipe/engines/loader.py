@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +54,13 @@ def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
     ]  # fmt: skip
 
 
-def load_llm(config: Config) -> LlmEngine:
-    """The embedded model, or the client of a remote one (``llm.engine``)."""
+def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) -> LlmEngine:
+    """The embedded model, or the client of a remote one (``llm.engine``), which tells
+    ``on_refusal`` of every request the remote server refused."""
     if config.llm.engine == "openai":
         from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
 
-        return OpenAiCompatibleLlm(config.remote_llm, config.llm)
+        return OpenAiCompatibleLlm(config.remote_llm, config.llm, on_refusal)
     from voxpipe.engines.llama_llm import LlamaLlm
 
     return LlamaLlm(
@@ -84,9 +86,11 @@ def limit_numpy_threads() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
-def load_engines(config: Config, warm: bool = True) -> Engines:
+def load_engines(
+    config: Config, warm: bool = True, on_refusal: Callable[[str], None] | None = None
+) -> Engines:
     """Load all four models and, unless the caller warms them on their own threads, run one
-    warm-up inference on each."""
+    warm-up inference on each. ``on_refusal`` hears of a remote LLM's refusals."""
     from voxpipe.engines.piper_tts import PiperTts
     from voxpipe.engines.silero_vad import SileroVad
     from voxpipe.engines.whisper_stt import WhisperStt
@@ -103,7 +107,7 @@ def load_engines(config: Config, warm: bool = True) -> Engines:
             beam_size=config.stt.beam_size,
             window=config.stt.window,
         ),
-        llm=load_llm(config),
+        llm=load_llm(config, on_refusal),
         tts=PiperTts(config.tts.model_path, threads=config.tts.threads,
                      length_scale=config.tts.length_scale),
     )  # fmt: skip

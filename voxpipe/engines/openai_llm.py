@@ -10,13 +10,17 @@ prefix caching, and routers with session affinity, keep a call's context warm.
 Retries only where nothing can have been generated yet: a failed connect, or a
 429/502/503 answer before the stream began. Once a token arrived, a failure is
 the turn's (``EngineError``): resending would make the server say it twice.
+
+Every refusal (an error status, retried or not, a timeout, a failed connect) is reported to
+``on_refusal`` when one is given: the server counts them in
+``voxpipe_upstream_refusals_total``, which an alert watches.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -30,12 +34,18 @@ WARMUP_SESSION = "__warmup__"
 
 
 class OpenAiCompatibleLlm:
-    def __init__(self, remote: RemoteLlmConfig, llm: LlmConfig) -> None:
+    def __init__(
+        self,
+        remote: RemoteLlmConfig,
+        llm: LlmConfig,
+        on_refusal: Callable[[str], None] | None = None,
+    ) -> None:
         self.name = f"openai-compatible {remote.model} at {remote.base_url}"
         self.remote = remote
         self.max_tokens = llm.max_tokens
         self.sampling = {"temperature": llm.temperature, "top_p": llm.top_p, "seed": llm.seed}
         self._warmup_prompt = llm.system_prompt
+        self._on_refusal = on_refusal
         self.url = remote.base_url.rstrip("/") + "/chat/completions"
         headers = {"accept": "application/json, text/event-stream"}
         if remote.api_key:
@@ -86,12 +96,16 @@ class OpenAiCompatibleLlm:
             try:
                 response = self._client.send(request, stream=body.get("stream", False))
             except httpx.TimeoutException as exc:
+                self._refused("timeout")
                 raise EngineError(f"LLM server {self.url} timed out: {type(exc).__name__}") from exc
             except httpx.HTTPError as exc:
+                self._refused("unreachable")
                 raise EngineError(f"LLM server {self.url} unreachable: {exc}") from exc
             if cancel.cancelled:
                 response.close()
                 return None
+            if response.status_code >= 400:
+                self._refused(str(response.status_code))
             if response.status_code in RETRY_STATUSES and attempt < self.remote.retries:
                 response.close()
                 usage.extra["retries"] += 1
@@ -105,6 +119,10 @@ class OpenAiCompatibleLlm:
                 )
             return response
         raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _refused(self, reason: str) -> None:
+        if self._on_refusal is not None:
+            self._on_refusal(reason)
 
     def stream(
         self,

@@ -1,4 +1,8 @@
-"""Prometheus metrics, one registry per server so tests can run several."""
+"""Prometheus metrics, one registry per server so tests can run several.
+
+``deploy/prometheus/alerts.yml`` and ``deploy/grafana/voxpipe.json`` query these names, and
+``docs/observability.md`` explains them; a renamed metric breaks both (a unit test checks).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,16 @@ import contextlib
 import threading
 
 import psutil
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 
+from voxpipe.observability.client_labels import ClientVersions, client_name
 from voxpipe.observability.timeline import OPTIONAL_STAGES, STAGES, TurnTimeline
 
 _LATENCY_BUCKETS = (
@@ -17,11 +29,17 @@ _LATENCY_BUCKETS = (
 )  # fmt: skip
 _TOKEN_BUCKETS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
+# voxpipe_connections_total{outcome}: a refusal is its error code (at_capacity, ...).
+ACCEPTED = "accepted"
+HANDSHAKE_FAILED = "handshake_failed"  # the client went before the upgrade completed
+
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, CPU, open fds (Linux)
+        self.client_versions = ClientVersions()
         self.stage = Histogram(
             "voxpipe_turn_stage_seconds",
             "Time from the end of the caller's speech to each stage of the turn.",
@@ -155,6 +173,35 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("voxpipe_ready", "1 once all models are loaded and warm.", registry=r)
+        self.connections = Counter(
+            "voxpipe_connections_total",
+            "WebSocket connections by outcome: accepted, refused (the error code) or "
+            "handshake_failed; by transport and the client's version (bounded).",
+            ["transport", "outcome", "client_version"],
+            registry=r,
+        )
+        self.reconnects = Counter(
+            "voxpipe_reconnects_total",
+            "Connections that came back to a session this worker holds (?session_id= of a live "
+            "or waiting session of the same principal), by transport and client version.",
+            ["transport", "client_version"],
+            registry=r,
+        )
+        self.upstream_refusals = Counter(
+            "voxpipe_upstream_refusals_total",
+            "Requests a remote engine refused or never answered, retried ones included: the "
+            "HTTP status, timeout or unreachable.",
+            ["engine", "reason"],
+            registry=r,
+        )
+        self.client_voice_to_voice = Histogram(
+            "voxpipe_client_voice_to_voice_seconds",
+            "End of the caller's speech to the first reply sample played, as the client "
+            "measured and reported it.",
+            ["transport", "client"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def sample_process(self) -> None:
         """Refresh the process gauges (tasks, threads, memory) before a scrape."""
@@ -162,6 +209,27 @@ class Metrics:
         with contextlib.suppress(RuntimeError):  # no running loop
             self.live_tasks.set(len(asyncio.all_tasks()))
         self.memory.set(psutil.Process().memory_info().rss)
+
+    def client_version(self, claimed: str | None) -> str:
+        """A bounded label value for what the client says it is (``client_labels.py``)."""
+        return self.client_versions.label(claimed)
+
+    def count_connection(self, transport: str, outcome: str, client_version: str) -> None:
+        self.connections.labels(transport, outcome, client_version).inc()
+
+    def count_reconnect(self, transport: str, client_version: str) -> None:
+        self.reconnects.labels(transport, client_version).inc()
+
+    def upstream_refused(self, engine: str, reason: str) -> None:
+        self.upstream_refusals.labels(engine, reason).inc()
+
+    def observe_client_voice_to_voice(
+        self, transport: str, client_version: str, seconds: float
+    ) -> None:
+        """A client's own voice-to-voice figure; ``client`` is the name part of its label."""
+        self.client_voice_to_voice.labels(transport, client_name(client_version)).observe(
+            max(0.0, seconds)
+        )
 
     def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
         self.engine_queue.labels(engine).observe(queue_s)

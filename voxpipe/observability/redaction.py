@@ -111,15 +111,18 @@ class RedactSecrets(logging.Filter):
 def install(literals: Iterable[str] = ()) -> RedactSecrets:
     """Attach one :class:`RedactSecrets` to every handler of every logger configured now
     (the root's and uvicorn's); calling it again adds it to handlers made since."""
-    found = next((f for h in _handlers() for f in h.filters if isinstance(f, RedactSecrets)), None)
+    found = next(
+        (f for h in configured_handlers() for f in h.filters if isinstance(f, RedactSecrets)), None
+    )
     redact = found or RedactSecrets(literals)
-    for handler in _handlers():
+    for handler in configured_handlers():
         if not any(isinstance(f, RedactSecrets) for f in handler.filters):
             handler.addFilter(redact)
     return redact
 
 
-def _handlers() -> list[logging.Handler]:
+def configured_handlers() -> list[logging.Handler]:
+    """Every handler of every logger configured now: the root's, uvicorn's, ours."""
     loggers: list[logging.Logger] = [logging.getLogger()]
     loggers += [
         logger

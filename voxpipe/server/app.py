@@ -64,8 +64,10 @@ async def warm_up(engines: QueuedEngines) -> None:
         await queued.run(warm_one)
 
 
-def load_cold_engines(config: Config) -> Engines:
-    return load_engines(config, warm=False)
+def load_cold_engines(config: Config, state: ServerState | None = None) -> Engines:
+    """The engines, not yet warm; a remote LLM's refusals go to the server's metrics."""
+    on_refusal = None if state is None else functools.partial(state.metrics.upstream_refused, "llm")
+    return load_engines(config, warm=False, on_refusal=on_refusal)
 
 
 async def _token_request(request: Request) -> TokenRequest | Response:
@@ -93,14 +95,15 @@ async def _token_request(request: Request) -> TokenRequest | Response:
         return error_response(ErrorCode.INVALID_EVENT, f"token request: {describe_error(exc)}")
 
 
-def create_app(config: Config, engine_factory: EngineFactory = load_cold_engines) -> Starlette:
+def create_app(config: Config, engine_factory: EngineFactory | None = None) -> Starlette:
     state = ServerState(config)
+    factory: EngineFactory = engine_factory or functools.partial(load_cold_engines, state=state)
     webrtc = WebRTCOffers(state)
 
     async def load() -> None:
         runners: Runners | None = None
         try:
-            engines = await asyncio.to_thread(engine_factory, config)
+            engines = await asyncio.to_thread(factory, config)
             runners = state.start_runners()
             queued = QueuedEngines.of(engines, runners)
             await warm_up(queued)

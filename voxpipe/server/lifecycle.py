@@ -23,6 +23,9 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.observability.client_labels import UNKNOWN, claimed_client
+from voxpipe.observability.logs import log_context
+from voxpipe.observability.metrics import ACCEPTED, HANDSHAKE_FAILED
 from voxpipe.server.auth import AuthError, Credentials
 from voxpipe.server.state import ServerState
 from voxpipe.transports.base import Transport, close_reason
@@ -58,6 +61,9 @@ async def _say_and_close(ws: WebSocket, transport: Transport, why: CallEnd) -> N
 
 
 async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) -> None:
+    """Admit a connection or refuse it; every outcome is counted in
+    ``voxpipe_connections_total`` (the client's version only once it is authenticated, so
+    strangers cannot fill the bounded set of version labels)."""
     metrics = state.metrics
     if state.services is None:
         why = CallEnd(
@@ -66,6 +72,7 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
             CloseCode.TRY_AGAIN_LATER,
         )
         metrics.errors.labels(why.code).inc()
+        metrics.count_connection(transport.name, why.code, UNKNOWN)
         await refuse(ws, transport, why, state.config.server.refuse_with_http)
         return
     try:
@@ -75,17 +82,30 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
         )
     except AuthError as exc:
         metrics.errors.labels(ErrorCode.UNAUTHORIZED).inc()
+        metrics.count_connection(transport.name, ErrorCode.UNAUTHORIZED, UNKNOWN)
         await refuse(ws, transport, CallEnd(ErrorCode.UNAUTHORIZED, str(exc), CloseCode.POLICY))
         return
+    client = metrics.client_version(claimed_client(ws.headers, ws.query_params))
     call = Call(transport.name, state.services, state.calls, principal)
-    refusal = state.calls.admit(call, resuming=ws.query_params.get("session_id"))
+    resuming = ws.query_params.get("session_id")
+    reconnect = resuming is not None and state.calls.owner_of(resuming) == principal.id
+    refusal = state.calls.admit(call, resuming=resuming)
     if refusal is not None:
         metrics.errors.labels(refusal.code).inc()
+        metrics.count_connection(transport.name, refusal.code, client)
         await refuse(ws, transport, refusal, state.config.server.refuse_with_http)
         return
     try:
-        await ws.accept(subprotocol=transport.subprotocol(ws))
-        await _run(ws, transport, state, call)
+        try:
+            await ws.accept(subprotocol=transport.subprotocol(ws))
+        except Exception:
+            metrics.count_connection(transport.name, HANDSHAKE_FAILED, client)
+            raise
+        metrics.count_connection(transport.name, ACCEPTED, client)
+        if reconnect:
+            metrics.count_reconnect(transport.name, client)
+        with log_context(connection_id=call.id, transport=transport.name):  # its tasks copy it
+            await _run(ws, transport, state, call)
     finally:
         state.calls.release(call)
 

@@ -219,3 +219,30 @@ def test_prefill_asks_for_one_token_and_reads_the_cache_hit(server: tuple[str, S
     assert (usage.prompt_tokens, usage.reused_tokens, usage.prefill_tokens) == (40, 30, 10)
     assert engine(url, prefill=False).prefill("s", MESSAGES, CancelToken()) == LlmUsage()
     assert len(script.seen) == 1
+
+
+def test_every_refusal_is_reported_retried_or_not(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [("status", 503), ("status", 429), ("ok", ["fine"])]
+    refused: list[str] = []
+    llm = OpenAiCompatibleLlm(
+        RemoteLlmConfig(base_url=url, model="m1", retries=2), LlmConfig(), refused.append
+    )
+    assert list(llm.stream("s", MESSAGES, CancelToken(), LlmUsage())) == ["fine"]
+    assert refused == ["503", "429"]
+    script.steps = [("status", 400)]
+    with pytest.raises(EngineError):
+        list(llm.stream("s", MESSAGES, CancelToken(), LlmUsage()))
+    assert refused == ["503", "429", "400"]
+
+
+def test_an_unreachable_server_is_reported_as_a_refusal() -> None:
+    refused: list[str] = []
+    llm = OpenAiCompatibleLlm(
+        RemoteLlmConfig(base_url="http://127.0.0.1:9/v1", model="m1", retries=0),
+        LlmConfig(),
+        refused.append,
+    )
+    with pytest.raises(EngineError, match="unreachable"):
+        llm.warmup()
+    assert refused == ["unreachable"]
