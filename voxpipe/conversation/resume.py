@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.ownership import Refusal, SessionOwners, may_resume, not_found
 from voxpipe.conversation.principal import Principal
 from voxpipe.conversation.saved_state import continued_record, state_owner
@@ -114,7 +114,7 @@ async def resume(
         return restored or not_found(session_id)
     if await moved_on(services.store, entry.session):
         # While it waited here the session went on on another worker: this copy is old.
-        await close_session(services, entry.session)  # its writes are fenced off
+        await hang_up(entry.session)  # its writes are fenced off
         restored = await _restore(live, services, principal, session_id, open_restored, audio_seq)
         return restored or Refusal(ErrorCode.RESUME_FAILED, "the session's state is gone")
     entry.session.counts["resumes"] += 1
@@ -168,10 +168,3 @@ async def _restore(
     )
     session.persist()  # one epoch on: the copy it was saved from can no longer overwrite it
     return Restored(session, input_samples)
-
-
-async def close_session(services: Services, session: Session) -> None:
-    """Hang up: cancel the session's work; the time it takes is the hang-up cleanup metric."""
-    started = time.monotonic()
-    await session.close()
-    services.metrics.hangup_cleanup.observe(time.monotonic() - started)

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
+from voxpipe.conversation.hang_up import hang_up
 from voxpipe.observability.client_labels import UNKNOWN, claimed_client
 from voxpipe.observability.logs import log_context
 from voxpipe.observability.metrics import ACCEPTED, HANDSHAKE_FAILED
@@ -194,7 +195,7 @@ async def drain(state: ServerState) -> None:
     for session_id in list(calls.detached):
         entry = calls.reattach(session_id)
         if entry is not None:
-            await entry.session.close()
+            await hang_up(entry.session)
 
 
 class DrainingServer(uvicorn.Server):

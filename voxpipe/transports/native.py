@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import time
@@ -32,7 +31,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxpipe.config import TurnConfig
 from voxpipe.conversation import ownership
 from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, SessionStarted
-from voxpipe.conversation.resume import Restored, close_session, resume
+from voxpipe.conversation.hang_up import hang_up
+from voxpipe.conversation.resume import Restored, resume
 from voxpipe.conversation.saved_state import new_session_id
 from voxpipe.conversation.services import CallRecord
 from voxpipe.conversation.session import Session
@@ -167,10 +167,9 @@ class NativeConnection:
         dropped = not hangup and ended is None and not self.sink.overflowed
         if replaced or (dropped and grace > 0):
             log.info("session %s detached; waiting %.0f s for a reconnect", session.id, grace)
-            close = functools.partial(close_session, self.services)
-            self.call.registry.detach(session, outbound, grace, close)
+            self.call.registry.detach(session, outbound, grace, hang_up)
             return
-        await close_session(self.services, session)
+        await hang_up(session)
 
     async def _on_audio(self, data: bytes) -> None:
         if len(data) > self.cfg.server.max_message_bytes:

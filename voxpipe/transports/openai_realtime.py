@@ -26,7 +26,6 @@ import base64
 import binascii
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,6 +45,7 @@ from voxpipe.conversation.events import (
     Transcript,
     TranscriptPartial,
 )
+from voxpipe.conversation.hang_up import hang_up
 from voxpipe.transports.base import (
     Undecodable,
     call_send_buffer,
@@ -185,9 +185,7 @@ class RealtimeConnection:
         except WebSocketDisconnect:
             return
         finally:
-            started = time.monotonic()
-            await self.session.close()
-            self.services.metrics.hangup_cleanup.observe(time.monotonic() - started)
+            await hang_up(self.session)
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
 

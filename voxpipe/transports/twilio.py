@@ -45,6 +45,7 @@ from voxpipe.conversation.events import (
     Event,
     PlaybackClear,
 )
+from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
     Undecodable,
@@ -258,9 +259,7 @@ class TwilioConnection:
     async def _hang_up(self) -> None:
         session, self.session = self.session, None
         if session is not None:
-            started = time.monotonic()
-            await session.close()
-            self.services.metrics.hangup_cleanup.observe(time.monotonic() - started)
+            await hang_up(session)
             log.info(
                 "twilio stream %s ended: %d DTMF, %d bad messages",
                 self.stream_sid,

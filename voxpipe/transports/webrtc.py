@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
@@ -36,6 +35,7 @@ from aiortc.rtcsctptransport import WEBRTC_STRING
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
+from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.saved_state import new_session_id
 from voxpipe.transports.call import Call, CallEnd, Rates, SessionSinks
 from voxpipe.transports.native_protocol import (
@@ -328,9 +328,7 @@ class WebRTCConnection:
         ended = self.call.ended
         if ended is not None:
             await self._say_goodbye(ended)
-        started = time.monotonic()
-        await self.session.close()
-        self.services.metrics.hangup_cleanup.observe(time.monotonic() - started)
+        await hang_up(self.session)
         self.track.stop()
         with contextlib.suppress(Exception):
             await self.pc.close()
