@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import socket
 import sys
 import time
@@ -69,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     secrets = _configured_secrets(config)
     redact = redaction.install(secrets)  # the supervisor's log, and ours before uvicorn starts
-    json_logs = logs.wants_json(os.environ)  # VOXPIPE_LOG_FORMAT=json; workers inherit it
+    json_logs = config.server.log_format == "json"  # workers read the same config and env
     if json_logs:
         logs.install_json(redact.redact)
     if args.workers > 1:

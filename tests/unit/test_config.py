@@ -83,11 +83,20 @@ def test_overrides_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ("audio", {"out_frame_ms": 1}),
         ("server", {"port": 70000}),
         ("server", {"log_level": "chatty"}),
+        ("server", {"log_format": "yaml"}),
     ],
 )
 def test_absurd_values_are_rejected(section: str, values: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         Config.load(None, **{section: values})
+
+
+def test_the_log_format_comes_from_the_environment_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``voxpipe serve --workers`` and ``voxpipe cluster`` workers inherit the environment
+    and the config file, so they log in the supervisor's format."""
+    assert Config.load(None).server.log_format == "text"
+    monkeypatch.setenv("VOXPIPE_SERVER__LOG_FORMAT", "json")
+    assert Config.load(None).server.log_format == "json"
 
 
 def test_absurd_environment_values_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,11 @@ class ServerConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Server log level."
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log line format: text, or one JSON object per line with call and turn ids "
+        "(docs/observability.md#logs).",
+    )
     socket_send_buffer_bytes: int | None = Field(
         262144,
         ge=4096,

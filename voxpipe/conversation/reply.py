@@ -45,6 +45,7 @@ from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
 from voxpipe.conversation.services import Services
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
 from voxpipe.engines.runner import EngineBusy, JobClock
+from voxpipe.observability.logs import log_context
 from voxpipe.observability.stages import StageTimer
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
@@ -104,9 +105,13 @@ class Reply:
         self.cancel.on_cancel(self._sendable.set)
         self.cancel.on_cancel(self._decided.set)
         self._update_sendable()
-        self.task: asyncio.Task[None] = asyncio.create_task(
-            self._run(), name=f"reply-{self.ctx.session_id}-{self.timeline.turn_id}"
-        )
+        # The task copies the context now: every line it logs, and its engines' jobs, carry
+        # the ids (docs/observability.md#logs), whichever task started the reply.
+        ids = {"call_id": self.ctx.recorder.call.call_id, "session_id": self.ctx.session_id}
+        with log_context(**ids, turn_id=self.turn_id):
+            self.task: asyncio.Task[None] = asyncio.create_task(
+                self._run(), name=f"reply-{self.ctx.session_id}-{self.timeline.turn_id}"
+            )
 
     @property
     def turn_id(self) -> int:

@@ -9,6 +9,7 @@ second OpenMP pool into the process: docs/architecture.md, "The thread budget").
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
@@ -86,9 +87,11 @@ class QueuedVad(Queued[VadEngine]):
 
 class QueuedStt(Queued[SttEngine]):
     async def transcribe(self, audio: np.ndarray, clock: JobClock | None = None) -> Transcription:
-        """``audio``: mono float32 at 16 kHz."""
-        engine = self.engine
-        return await self.runner.call(lambda: engine.transcribe(audio), clock)
+        """``audio``: mono float32 at 16 kHz. The job runs in the caller's context, so
+        what the engine logs carries the caller's call and turn ids (not done for the VAD,
+        whose jobs come with every frame and which logs nothing)."""
+        engine, run = self.engine, contextvars.copy_context().run
+        return await self.runner.call(lambda: run(engine.transcribe, audio), clock)
 
 
 class QueuedLlm(Queued[LlmEngine]):

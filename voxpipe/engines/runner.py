@@ -15,6 +15,7 @@ from the compute, and a job that finds the queue full is rejected at once
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import threading
@@ -22,6 +23,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol, TypeVar, cast
 
 T = TypeVar("T")
@@ -269,7 +271,9 @@ class EngineRunner:
             if not stop.is_set():
                 push(outcome)
 
-        future = self._enqueue(job, clock, deadline_ns)
+        # The job runs in the reader's context, so what the engine logs carries the reader's
+        # call and turn ids (one copy per job, not per item).
+        future = self._enqueue(partial(contextvars.copy_context().run, job), clock, deadline_ns)
         future.add_done_callback(
             lambda f: loop.call_soon_threadsafe(queue.put_nowait, _DONE) if f.cancelled() else None
         )

@@ -2,13 +2,14 @@
 
 A line of text is enough for a person at a terminal; a log pipeline (Loki, Elasticsearch,
 CloudWatch) wants fields it can filter on, so that every line of one call, or of one slow
-turn, comes back in one query. ``VOXPIPE_LOG_FORMAT=json`` switches ``voxpipe serve`` to
+turn, comes back in one query. ``server.log_format: json`` switches ``voxpipe serve`` to
 :class:`JsonLogFormatter` (``docs/observability.md``).
 
 The call and the turn a line belongs to are not passed to every ``log.info``: code that
 starts a call or a turn enters :func:`log_context`, a :mod:`contextvars` scope, and every
 line logged inside it (in that task, and in tasks it creates, which copy the context)
-carries those ids.
+carries those ids. A task that serves one call, and only such a task, may instead
+:func:`bind_log_context` for the rest of its life.
 
 Two guarantees hold whatever a call site logs:
 
@@ -35,8 +36,6 @@ from pythonjsonlogger.json import JsonFormatter
 
 from voxpipe.observability.redaction import configured_handlers
 
-ENV_VAR = "VOXPIPE_LOG_FORMAT"
-JSON = "json"
 CONTEXT_FIELDS = ("call_id", "session_id", "turn_id", "connection_id", "transport")
 _FIELDS = ("levelname", "name", "message")
 _RENAMED = {"levelname": "level", "name": "logger"}
@@ -56,25 +55,34 @@ def log_context(**fields: str | int | None) -> Iterator[None]:
     Scopes nest: a turn's scope inside its call's keeps the call id. Only the names in
     :data:`CONTEXT_FIELDS` are taken, so the context stays a small set of ids.
     """
-    unknown = set(fields) - set(CONTEXT_FIELDS)
-    if unknown:
-        raise ValueError(f"not a log context field: {sorted(unknown)}")
-    merged = {**_context.get(), **{k: v for k, v in fields.items() if v is not None}}
-    token = _context.set(merged)
+    token = _context.set(_merged(fields))
     try:
         yield
     finally:
         _context.reset(token)
 
 
+def bind_log_context(**fields: str | int | None) -> None:
+    """Every line logged from here on in the current task, and in the tasks it creates from
+    now on, carries these ids (``None`` leaves a field as it was).
+
+    There is no scope to leave: this is for the task that serves one call, whose context
+    ends with it (a session attached to a connection mid-way, as a reconnect does). Anywhere
+    else, use :func:`log_context`.
+    """
+    _context.set(_merged(fields))
+
+
+def _merged(fields: Mapping[str, str | int | None]) -> Mapping[str, str | int]:
+    unknown = set(fields) - set(CONTEXT_FIELDS)
+    if unknown:
+        raise ValueError(f"not a log context field: {sorted(unknown)}")
+    return {**_context.get(), **{k: v for k, v in fields.items() if v is not None}}
+
+
 def current_context() -> dict[str, str | int]:
     """The ids :func:`log_context` has set here (a copy)."""
     return dict(_context.get())
-
-
-def wants_json(environ: Mapping[str, str]) -> bool:
-    """``VOXPIPE_LOG_FORMAT=json``; anything else (or nothing) keeps the text format."""
-    return environ.get(ENV_VAR, "").strip().lower() == JSON
 
 
 class JsonLogFormatter(JsonFormatter):

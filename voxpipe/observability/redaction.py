@@ -76,7 +76,11 @@ class RedactSecrets(logging.Filter):
     """A handler filter: redacts a record's message, its arguments and its traceback.
 
     Arguments are redacted one by one rather than merged into the message, because some
-    formatters (uvicorn's access log) read ``record.args`` as a tuple of fields.
+    formatters (uvicorn's access log) read ``record.args`` as a tuple of fields. The message
+    is then redacted as it will be written, formatted: a format string such as
+    ``"?api_key=%s"`` redacted alone would lose its placeholder. Only when that finds more
+    (a secret made of the format string and an argument together, or in the format string
+    itself) does the record carry the redacted text in place of its format and arguments.
     """
 
     def __init__(self, literals: Iterable[str] = ()) -> None:
@@ -87,11 +91,11 @@ class RedactSecrets(logging.Filter):
         if getattr(record, "_voxpipe_redacted", False):  # one record, several handlers
             return True
         record._voxpipe_redacted = True
-        record.msg = self._arg(record.msg)
         if isinstance(record.args, Mapping):
             record.args = {k: self._arg(v) for k, v in record.args.items()}
         elif isinstance(record.args, tuple):
             record.args = tuple(self._arg(a) for a in record.args)
+        self._redact_message(record)
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
@@ -99,6 +103,17 @@ class RedactSecrets(logging.Filter):
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
         return True
+
+    def _redact_message(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError, KeyError):  # a call site's bad format: logging reports it
+            record.msg = self._arg(record.msg)
+            return
+        redacted = self.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+            record.__dict__.pop("color_message", None)  # uvicorn's coloured copy of the format
 
     def _arg(self, value: Any) -> Any:
         if isinstance(value, (int, float)) or value is None:

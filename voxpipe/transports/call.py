@@ -22,6 +22,7 @@ from voxpipe.conversation.principal import ANONYMOUS, Principal
 from voxpipe.conversation.resume import ResumableSessions
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.session import Session
+from voxpipe.observability.logs import bind_log_context
 
 
 class CloseCode(IntEnum):
@@ -102,8 +103,14 @@ class Call:
     _ending: asyncio.Task[None] | None = None
 
     def attach(self, session: Session) -> None:
+        """This connection serves ``session`` now (a new one, a restore or a reconnect).
+
+        Called from the task that serves the call (WebRTC: the offer's request, which starts
+        that task): every line it logs from now on, and in the tasks it starts (the session's
+        audio pump and its replies), carries the call's ids (``docs/observability.md#logs``)."""
         self.session = session
         session.transport = self.transport
+        bind_log_context(call_id=session.record.call_id, session_id=session.id)
 
     def open_session(
         self,

@@ -15,10 +15,10 @@ import pytest
 
 from voxpipe.observability.logs import (
     JsonLogFormatter,
+    bind_log_context,
     current_context,
     install_json,
     log_context,
-    wants_json,
 )
 from voxpipe.observability.redaction import RedactSecrets, configured_handlers
 
@@ -28,7 +28,7 @@ SECRET = "configured-secret-0123"
 @pytest.fixture
 def lines() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     """A logger whose handler has the redaction filter and the JSON formatter, as
-    ``voxpipe serve`` sets them up with ``VOXPIPE_LOG_FORMAT=json``."""
+    ``voxpipe serve`` sets them up with ``server.log_format: json``."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     redact = RedactSecrets([SECRET])
@@ -132,11 +132,22 @@ def test_uvicorn_and_redaction_internals_are_not_fields(
     assert set(record) == {"level", "logger", "message", "timestamp"}
 
 
-def test_the_switch_is_the_environment_variable() -> None:
-    assert wants_json({"VOXPIPE_LOG_FORMAT": "json"})
-    assert wants_json({"VOXPIPE_LOG_FORMAT": " JSON "})
-    assert not wants_json({"VOXPIPE_LOG_FORMAT": "text"})
-    assert not wants_json({})
+async def test_a_bound_context_lasts_for_its_task_and_the_tasks_it_starts_later() -> None:
+    async def serve_a_call() -> tuple[dict[str, str | int], dict[str, str | int]]:
+        early = asyncio.create_task(child())  # started before the call's ids were known
+        bind_log_context(call_id="c-9", session_id="s-9")
+        later = asyncio.create_task(child())
+        return await early, await later
+
+    async def child() -> dict[str, str | int]:
+        await asyncio.sleep(0)
+        return current_context()
+
+    with log_context(connection_id="k1"):
+        early, later = await asyncio.create_task(serve_a_call())
+        assert current_context() == {"connection_id": "k1"}  # the caller's scope is untouched
+    assert early == {"connection_id": "k1"}
+    assert later == {"connection_id": "k1", "call_id": "c-9", "session_id": "s-9"}
 
 
 def test_install_puts_the_formatter_on_every_configured_handler() -> None:

@@ -86,6 +86,27 @@ def test_messages_arguments_and_tracebacks_are_redacted() -> None:
     assert failed.getMessage() == "call with Bearer [redacted] failed"
 
 
+def test_a_placeholder_after_a_secret_name_is_formatted_then_redacted() -> None:
+    """``?api_key=%s`` in the format string: redacting the format alone would replace the
+    placeholder, and formatting would then fail ("not all arguments converted")."""
+    query = record("connecting to /v1/voice?api_key=%s&session_id=%s", KEY, "call-7")
+    assert RedactSecrets().filter(query)
+    assert query.getMessage() == "connecting to /v1/voice?api_key=[redacted]&session_id=call-7"
+    mapped = record("upstream %(url)s?token=%(token)s", {"url": "/v1", "token": "plain-value"})
+    assert RedactSecrets().filter(mapped)
+    assert mapped.getMessage() == "upstream /v1?token=[redacted]"
+    numbered = record("turn %d of %s took %.1f ms", 3, "call-7", 2950.0)  # nothing to redact
+    assert RedactSecrets().filter(numbered)
+    assert numbered.args == (3, "call-7", 2950.0)
+    assert numbered.getMessage() == "turn 3 of call-7 took 2950.0 ms"
+
+
+def test_a_bad_format_is_still_redacted_for_logging_s_error_report() -> None:
+    broken = record("key is %s and %s", f"Bearer {KEY}")  # a call site's bug: one argument short
+    assert RedactSecrets().filter(broken)
+    assert KEY not in str(broken.msg) + str(broken.args)
+
+
 @pytest.fixture
 def uvicorn_logging() -> Iterator[io.StringIO]:
     """uvicorn's own logging config with its handlers writing to one buffer; undone after."""
