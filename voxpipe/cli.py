@@ -1,4 +1,4 @@
-"""``voxpipe`` command line: serve, cluster, call, models, config, calls, load.
+"""``voxpipe`` command line: serve, cluster, call, models, agent, config, calls, load.
 
 The research benchmarks are not here: they live in the top-level ``bench`` package
 (``python -m bench``), which the product never imports.
@@ -25,7 +25,10 @@ def _config(args: argparse.Namespace) -> Config:
         overrides.setdefault("server", {})["host"] = args.host
     if getattr(args, "port", None) is not None:
         overrides.setdefault("server", {})["port"] = args.port
-    return Config.load(getattr(args, "config", None), **overrides)
+    config = Config.load(getattr(args, "config", None), **overrides)
+    if getattr(args, "agent", None):
+        config = config.model_copy(update={"agent": args.agent})
+    return config
 
 
 def listen_socket(config: Config) -> socket.socket:
@@ -55,12 +58,18 @@ def _configured_secrets(config: Config) -> list[str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from voxpipe.agent import AgentLoadError, resolve_agent
     from voxpipe.observability import logs, redaction
     from voxpipe.server.app import create_app
     from voxpipe.server.lifecycle import DrainingServer
     from voxpipe.server.websocket_protocol import WebSocketProtocol
 
     config = _config(args)
+    try:  # a bad agent stops here, before any model loads
+        agent = resolve_agent(config)
+    except AgentLoadError as exc:
+        print(f"voxpipe: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=config.server.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -80,8 +89,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "/v1/voice; each listens once warm (put nginx in front: `voxpipe cluster`)",
             flush=True,
         )
-        return Supervisor(args.workers, port, host, args.config).run()
-    app = create_app(config)
+        return Supervisor(args.workers, port, host, args.config, agent=args.agent).run()
+    app = create_app(config, agent=agent)
     url = f"ws://{config.server.host}:{config.server.port}/v1/voice"
 
     def announce() -> None:
@@ -213,6 +222,31 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    """The agent's instructions, greeting and every tool, MCP servers' tools found live."""
+    from voxpipe.agent import AgentLoadError, RunningAgent, ToolDefinitionError, resolve_agent
+    from voxpipe.agent.describe import describe
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        agent = resolve_agent(_config(args))
+    except AgentLoadError as exc:
+        print(f"voxpipe: {exc}", file=sys.stderr)
+        return 2
+
+    async def run() -> list[str]:
+        async with await RunningAgent.start(agent) as running:
+            return describe(running)
+
+    try:
+        lines = asyncio.run(run())
+    except ToolDefinitionError as exc:
+        print(f"voxpipe: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.markdown:
         from voxpipe.config import markdown_reference
@@ -296,6 +330,9 @@ def cmd_load(args: argparse.Namespace) -> int:
     return load_main(args)
 
 
+AGENT_HELP = "module:attr, path/file.py:attr or agent.yaml/.json (default: config's agent)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -307,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--workers", type=int, default=1, help="worker processes on consecutive ports from --port"
     )
+    serve.add_argument("--agent", help=AGENT_HELP)
     serve.set_defaults(func=cmd_serve)
 
     cluster = sub.add_parser(
@@ -329,6 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--config", type=Path)
     models.add_argument("--assemble", action="store_true", help="assemble the LLM weights now")
     models.set_defaults(func=cmd_models)
+
+    agent = sub.add_parser("agent", help="show the agent: instructions, tools, MCP servers' tools")
+    agent.add_argument("--agent", help=AGENT_HELP)
+    agent.add_argument("--config", type=Path)
+    agent.set_defaults(func=cmd_agent)
 
     config = sub.add_parser("config", help="print the configuration in force")
     config.add_argument("--config", type=Path)

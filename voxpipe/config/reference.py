@@ -21,8 +21,19 @@ def markdown_reference() -> str:
         '`VOXPIPE_CONFIG=FILE` (`{"turn": {"silence_ms": 400}}`). The file wins over the',
         "environment. `voxpipe config` prints the values in force.",
     ]
+    top = {
+        name: info for name, info in Config.model_fields.items() if not _is_section(info.annotation)
+    }
+    if top:
+        lines += ["", "## Top level", "", "Fields outside any section (`VOXPIPE_<FIELD>`).", ""]
+        lines += ["| field | default | meaning |", "| --- | --- | --- |"]
+        for name, info in top.items():
+            meaning = (info.description or "").replace("|", "\\|")
+            lines.append(f"| `{name}` | `{info.get_default()}` | {meaning} |")
     for section, field_info in Config.model_fields.items():
         model = field_info.annotation
+        if section in top:
+            continue
         assert isinstance(model, type) and issubclass(model, BaseModel)
         lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip(), ""]
         lines += ["| field | default | meaning |", "| --- | --- | --- |"]
@@ -35,3 +46,7 @@ def markdown_reference() -> str:
             meaning = (info.description or "").replace("|", "\\|")
             lines.append(f"| `{name}` | `{default}` | {meaning} |")
     return "\n".join(lines) + "\n"
+
+
+def _is_section(annotation: object) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)

@@ -38,14 +38,24 @@ class Config(BaseSettings):
     deadlines: DeadlineConfig = Field(default_factory=DeadlineConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    agent: str | None = Field(
+        None,
+        description="The agent to serve: `module:attr`, `path/file.py:attr` or an agent file "
+        "(`.yaml`/`.json`), as `voxpipe serve --agent` takes it (docs/agents.md). "
+        "Default: the plain assistant of `llm.system_prompt`, with no tools.",
+    )
 
     @classmethod
     def load(cls, path: Path | None = None, **overrides: Any) -> Config:
-        """Defaults < env < the JSON file (``path`` or ``$VOXPIPE_CONFIG``) < ``overrides``."""
+        """Defaults < env < the JSON file (``path`` or ``$VOXPIPE_CONFIG``) < ``overrides``
+        (a section's dict of fields, or a top-level field's value)."""
         file = path or (
             Path(os.environ["VOXPIPE_CONFIG"]) if os.environ.get("VOXPIPE_CONFIG") else None
         )
         data: dict[str, Any] = json.loads(file.read_text()) if file else {}
         for section, values in overrides.items():
-            data.setdefault(section, {}).update(values)
+            if isinstance(values, dict):
+                data.setdefault(section, {}).update(values)
+            else:  # a top-level field (``agent``)
+                data[section] = values
         return cls(**data)

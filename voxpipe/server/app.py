@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from voxpipe.agent import Agent, RunningAgent, resolve_agent
 from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.conversation.services import Filler
@@ -95,7 +96,11 @@ async def _token_request(request: Request) -> TokenRequest | Response:
         return error_response(ErrorCode.INVALID_EVENT, f"token request: {describe_error(exc)}")
 
 
-def create_app(config: Config, engine_factory: EngineFactory | None = None) -> Starlette:
+def create_app(
+    config: Config, engine_factory: EngineFactory | None = None, agent: Agent | None = None
+) -> Starlette:
+    """The app; ``agent`` defaults to the configured one (raises ``AgentLoadError``)."""
+    agent = agent or resolve_agent(config)
     state = ServerState(config)
     factory: EngineFactory = engine_factory or functools.partial(load_cold_engines, state=state)
     webrtc = WebRTCOffers(state)
@@ -110,6 +115,7 @@ def create_app(config: Config, engine_factory: EngineFactory | None = None) -> S
             filler = await queued.tts.run(
                 functools.partial(Filler.synthesize, config.deadlines.filler)
             )
+            state.agent = await RunningAgent.start(agent)  # MCP servers' tools found here
             store = await open_store(config.store, state.worker)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
             log.exception("model loading failed")
@@ -132,6 +138,8 @@ def create_app(config: Config, engine_factory: EngineFactory | None = None) -> S
                 await loader
             await webrtc.close()  # its peer connections live outside any HTTP request
             await state.auth.aclose()
+            if state.agent is not None:
+                await state.agent.aclose()
             if state.services is not None:
                 state.services.runners.close()
                 if state.services.store is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from voxpipe.agent import RunningAgent
 from voxpipe.config import Config
 from voxpipe.conversation.services import CallStore, Filler, Services
 from voxpipe.engines.base import Engines
@@ -27,6 +28,7 @@ class ServerState:
         self.config = config
         self.metrics = Metrics()
         self.services: Services | None = None
+        self.agent: RunningAgent | None = None  # started with the models, closed at shutdown
         self.load_error: str | None = None
         self.on_ready: list[Callable[[], None]] = []
         self.auth = Authenticator(config.auth, replay_guard(config.store))

@@ -61,6 +61,7 @@ class Supervisor:
     host: str = "127.0.0.1"
     config_file: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    agent: str | None = None  # voxpipe serve --agent, passed on to every worker
     _pool: list[Worker] = field(default_factory=list)
     _stopping: bool = False
 
@@ -69,6 +70,8 @@ class Supervisor:
         cmd += ["--port", str(worker.port)]
         if self.config_file is not None:
             cmd += ["--config", str(self.config_file)]
+        if self.agent is not None:
+            cmd += ["--agent", self.agent]
         return cmd
 
     def _start(self, worker: Worker) -> None:

@@ -1,0 +1,225 @@
+"""What a tool is, what calling it looks like, and what comes back.
+
+Three kinds of tool (a Python function, an HTTP webhook, an MCP server's tool) share one
+shape: a :class:`ToolSpec` the LLM is shown, a :class:`ToolPolicy` that says how a voice
+call treats it, and two methods, ``validate`` and ``invoke``. The :class:`Toolbox`
+(``toolbox.py``) runs them all the same way and always answers with a :class:`ToolResult`,
+so the conversation never sees a tool's exception.
+
+The policy is what makes a tool safe on a phone line:
+
+- ``effect``: a ``READ_ONLY`` tool may be cancelled when the caller barges in; a
+  ``MUTATING`` one (it books, cancels, transfers) runs to completion and its result is kept,
+  so it is never run a second time. Mutating is the default: assuming a tool is harmless
+  when it is not double-books a table; the other mistake only costs a little wasted work.
+- ``idempotent``: running it twice does what running it once does, so a call whose worker
+  died mid-execution may be retried; any other is reported as ``UNKNOWN_OUTCOME``.
+- ``phrase``, said while a tool runs past about 300 ms, and ``timeout_phrase``, said when it
+  runs past ``timeout_s``: the caller never sits in silence.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import JsonValue
+
+ToolOutput = JsonValue
+"""What a tool gives back: anything JSON can carry, shown to the model as JSON."""
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""What the OpenAI tools API (and so most LLM servers) accepts as a function's name."""
+DEFAULT_TIMEOUT_S = 8.0
+DEFAULT_PHRASE = "One moment."
+DEFAULT_TIMEOUT_PHRASE = "Sorry, that is taking too long. Let's try something else."
+
+
+class ToolEffect(enum.StrEnum):
+    """Whether running the tool changes anything outside the call."""
+
+    READ_ONLY = "read_only"
+    MUTATING = "mutating"
+
+
+class ToolStatus(enum.StrEnum):
+    """How a call ended. ``UNKNOWN_OUTCOME``: it started on a worker that died before it
+    recorded an end, so whether it took effect is not known (never retried unless the tool
+    is idempotent)."""
+
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+
+
+class ToolDefinitionError(ValueError):
+    """A tool that cannot be offered as defined (a bad signature, schema or name): raised
+    at start, before any call reaches it."""
+
+
+class InvalidArguments(ValueError):
+    """Arguments the tool's schema refuses; ``problems`` name each field and the rule."""
+
+    def __init__(self, tool: str, problems: list[str]) -> None:
+        super().__init__(f"invalid arguments for {tool}: " + "; ".join(problems))
+        self.tool = tool
+        self.problems = problems
+
+
+class ToolFailed(Exception):
+    """What a tool raises for a failure it expected (an HTTP 404, an MCP error result): the
+    message goes to the model as the call's error, with no traceback in the log."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the LLM is told about a tool: its name, what it does and its parameters as a
+    JSON schema (an ``object``)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.match(self.name):
+            raise ToolDefinitionError(
+                f"tool name {self.name!r}: 1 to 64 letters, digits, '_' or '-'"
+            )
+        if self.parameters.get("type") != "object":
+            raise ToolDefinitionError(f"tool {self.name}: its parameters must be a JSON object")
+
+    def openai_tool(self) -> dict[str, Any]:
+        """The entry of an OpenAI chat-completions ``tools`` list."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How a voice call treats a tool (module docstring)."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    phrase: str = DEFAULT_PHRASE
+    timeout_phrase: str = DEFAULT_TIMEOUT_PHRASE
+    effect: ToolEffect = ToolEffect.MUTATING
+    idempotent: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ToolDefinitionError(f"timeout_s must be positive, not {self.timeout_s}")
+
+
+class Tool(ABC):
+    """One tool, whatever runs it. ``validate`` and ``invoke`` are called by the
+    :class:`~voxpipe.agent.toolbox.Toolbox`, which adds the timeout and turns every way a
+    call can end into a :class:`ToolResult`."""
+
+    kind: str = "tool"
+    """Which kind of tool: ``python``, ``http`` or ``mcp`` (shown by ``voxpipe agent``)."""
+
+    def __init__(self, spec: ToolSpec, policy: ToolPolicy) -> None:
+        self.spec = spec
+        self.policy = policy
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @abstractmethod
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments as the tool takes them; raises :class:`InvalidArguments`."""
+
+    @abstractmethod
+    async def invoke(self, arguments: dict[str, Any]) -> ToolOutput:
+        """Run the tool on validated arguments. An exception means the call failed."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {self.policy.effect}>"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The model asked for a tool. ``call_id`` names this one call everywhere: in the
+    history, in the store, and across a reconnect or a failover."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        return cls(str(data["call_id"]), str(data["name"]), dict(data.get("arguments") or {}))
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """How one call ended and what it gave back. For anything but ``OK`` the output is
+    ``{"error": "..."}``, which the model is shown like any other result."""
+
+    call_id: str
+    name: str
+    status: ToolStatus
+    output: ToolOutput
+    duration_s: float = 0.0
+
+    @classmethod
+    def failed(
+        cls, call: ToolCall, status: ToolStatus, message: str, duration_s: float = 0.0
+    ) -> ToolResult:
+        return cls(call.call_id, call.name, status, {"error": message}, duration_s)
+
+    @classmethod
+    def cancelled(cls, call: ToolCall, duration_s: float = 0.0) -> ToolResult:
+        """For whoever cancelled a read-only call (the toolbox re-raises the cancel)."""
+        return cls.failed(call, ToolStatus.CANCELLED, "cancelled: the caller spoke", duration_s)
+
+    @classmethod
+    def unknown_outcome(cls, call: ToolCall) -> ToolResult:
+        """A call that started on a worker that died before it recorded an end."""
+        message = "the call was interrupted; whether it took effect is unknown"
+        return cls.failed(call, ToolStatus.UNKNOWN_OUTCOME, message)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ToolStatus.OK
+
+    def content(self) -> str:
+        """The result as the model reads it: JSON text."""
+        return json.dumps(self.output, ensure_ascii=False, separators=(",", ":"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "status": self.status.value,
+            "output": self.output,
+            "duration_s": self.duration_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+        return cls(
+            str(data["call_id"]),
+            str(data["name"]),
+            ToolStatus(data["status"]),
+            data.get("output"),
+            float(data.get("duration_s", 0.0)),
+        )
