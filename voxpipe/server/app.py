@@ -136,6 +136,7 @@ def create_app(config: Config, engine_factory: EngineFactory | None = None) -> S
                 state.services.runners.close()
                 if state.services.store is not None:
                     await state.services.store.aclose()
+            await asyncio.to_thread(state.tracing.shutdown)  # the spans still buffered go out
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "alive", "worker": state.worker, "pid": os.getpid()})
