@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -101,6 +101,7 @@ class FakeLlm:
         self.summary_yielded: list[int] = []
         self.prefills: list[tuple[str, list[ChatMessage]]] = []
         self.forgotten: list[str] = []
+        self.trace_headers: list[dict[str, str]] = []  # what each request carried
         self.running = 0
 
     def stream(
@@ -109,7 +110,9 @@ class FakeLlm:
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[str]:
+        self.trace_headers.append(dict(trace_headers or {}))
         if session_id.endswith("#summary"):
             self.summary_calls.append(list(messages))
             script, delay_s, yielded = self.summary, self.summary_delay_s, self.summary_yielded

@@ -8,12 +8,13 @@ environment variables ``VOXPIPE_<SECTION>__<FIELD>`` (for example
 ``docs/configuration.md`` lists every field; ``voxpipe config`` prints the
 values in force.
 
-The sections live by concern (``engines``, ``turn``, ``server``, ``auth``, ``store``);
-``settings`` gathers them into :class:`Config`. Import them from here.
+The sections live by concern (``engines``, ``turn``, ``server``, ``auth``, ``store``,
+``observability``); ``settings`` gathers them into :class:`Config`. Import them from here.
 """
 
 from voxpipe.config.auth import KEY_NAME_PATTERN, ApiKey, AuthConfig
 from voxpipe.config.engines import LlmConfig, RemoteLlmConfig, SttConfig, TtsConfig, VadConfig
+from voxpipe.config.observability import TracingConfig
 from voxpipe.config.reference import markdown_reference
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
 from voxpipe.config.settings import Config
@@ -34,6 +35,7 @@ __all__ = [
     "ServerConfig",
     "StoreConfig",
     "SttConfig",
+    "TracingConfig",
     "TtsConfig",
     "TurnConfig",
     "VadConfig",

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from voxpipe.config.auth import AuthConfig
 from voxpipe.config.engines import LlmConfig, RemoteLlmConfig, SttConfig, TtsConfig, VadConfig
+from voxpipe.config.observability import TracingConfig
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
 from voxpipe.config.store import StoreConfig
 from voxpipe.config.turn import AudioConfig, ChunkerConfig, TurnConfig
@@ -38,6 +39,7 @@ class Config(BaseSettings):
     deadlines: DeadlineConfig = Field(default_factory=DeadlineConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     agent: str | None = Field(
         None,
         description="The agent to serve: `module:attr`, `path/file.py:attr` or an agent file "

@@ -48,6 +48,7 @@ from voxpipe.engines.runner import EngineBusy, JobClock
 from voxpipe.observability.logs import log_context
 from voxpipe.observability.stages import StageTimer
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
+from voxpipe.observability.tracing import NO_CALL, CallTrace
 
 log = logging.getLogger("voxpipe.reply")
 
@@ -68,6 +69,7 @@ class ReplyContext:
     output_rate: int
     history: Callable[[], list[ChatMessage]]
     closed: bool = False  # the call is over: nothing more is sent
+    trace: CallTrace = NO_CALL  # the call's span: each reply's turn span is its child
 
 
 @dataclass
@@ -95,7 +97,9 @@ class Reply:
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
         services = self.ctx.services
-        self.stages = StageTimer(self.timeline, services.metrics, services.config.deadlines)
+        self.stages = StageTimer(
+            self.timeline, services.metrics, services.config.deadlines, self.ctx.trace
+        )
         self._outcome = ReplyOutcome()  # the status: only this reply's methods move it
         self._paused = False
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
@@ -269,9 +273,15 @@ class Reply:
 
         async def think() -> None:
             chunker = ClauseChunker(cfg.chunker)
-            with stages.llm(llm_clock):
+            with stages.llm(llm_clock, usage):
                 stream = services.llm.stream(
-                    self.ctx.session_id, messages, cancel, usage, llm_clock, gate=llm_gate
+                    self.ctx.session_id,
+                    messages,
+                    cancel,
+                    usage,
+                    llm_clock,
+                    gate=llm_gate,
+                    trace_headers=stages.trace_headers(),
                 )
                 try:
                     async with contextlib.aclosing(stream):
@@ -409,9 +419,9 @@ class Reply:
 
     async def _finish(self) -> None:
         tl = self.timeline
+        self.stages.done(self.status, self.kept_text)  # a discarded turn's span says so
         if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
-        self.stages.done()
         tl.counters.update(
             status=self.status,
             reply=self.kept_text,

@@ -18,6 +18,7 @@ from voxpipe.engines.queued import (
     Runners,
 )
 from voxpipe.observability.metrics import Metrics
+from voxpipe.observability.tracing import Tracing
 from voxpipe.observability.turn_log import TurnLog
 
 
@@ -91,7 +92,7 @@ class Filler:
 class Services:
     """``vad``, ``stt``, ``llm`` and ``tts`` are the engines behind their runners: how a
     call reaches them. ``engines`` and ``runners`` are for the server that starts and
-    stops them."""
+    stops them. ``tracing`` opens each call's span (off: a shared no-op)."""
 
     config: Config
     engines: Engines
@@ -100,6 +101,7 @@ class Services:
     turn_log: TurnLog
     filler: Filler | None = None
     store: CallStore | None = None
+    tracing: Tracing = field(default_factory=Tracing.off)
     vad: QueuedVad = field(init=False, repr=False, compare=False)
     stt: QueuedStt = field(init=False, repr=False, compare=False)
     llm: QueuedLlm = field(init=False, repr=False, compare=False)

@@ -61,9 +61,11 @@ class Session:
         system_prompt: str | None = None,
         owner: str = "anonymous",
         record: CallRecord | None = None,
+        transport: str = "unknown",
     ) -> None:
         """``owner`` is the principal that started the call; ``record`` continues a call
-        another worker recorded (a restore), else a new call record is begun."""
+        another worker recorded (a restore), else a new call record is begun. The call's
+        trace span opens here (``transport`` labels it) and closes with the session."""
         self.id = session_id
         self.record = record or CallRecord(new_call_id(), session_id, owner)
         self.recorder = CallRecorder(services.store, self.record)  # every write to the store
@@ -94,6 +96,7 @@ class Session:
             pacer=Pacer(self.cfg.audio.playback_lead_ms),
             output_rate=output_sample_rate,
             history=self.history.messages,
+            trace=services.tracing.call(self.record.call_id, session_id, transport),
         )
         self.summarizer = Summarizer(session_id, services, self.history)
         self.partials = PartialTranscripts(services, send_event)
@@ -382,6 +385,7 @@ class Session:
         await self.summarizer.close()
         self.services.llm.forget(self.id)
         self.recorder.ended(reason, dict(self.counts))
+        self.ctx.trace.end({"voxpipe.call.end": reason, "voxpipe.call.turns": self._turn_ids})
 
     async def wait_idle(self) -> None:
         """Wait for the reply in flight, if any (tests and graceful shutdown)."""

@@ -10,7 +10,7 @@ the reading of its output.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -120,8 +120,11 @@ class LlmEngine(Protocol):
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[str]:
-        """Yield text deltas of the assistant reply; stop early once ``cancel`` is set."""
+        """Yield text deltas of the assistant reply; stop early once ``cancel`` is set.
+        ``trace_headers`` (W3C ``traceparent``) make a remote request part of the turn's
+        trace; an engine in this process ignores them."""
         ...
 
     def prefill(

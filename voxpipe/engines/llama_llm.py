@@ -18,7 +18,7 @@ import codecs
 import ctypes
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -258,6 +258,7 @@ class LlamaLlm:
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        trace_headers: Mapping[str, str] | None = None,  # nothing remote to tell
     ) -> Iterator[str]:
         with self._lock:
             usage.state_restored = self._take_context(session_id)

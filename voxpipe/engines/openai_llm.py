@@ -5,7 +5,9 @@ pays no TCP or TLS handshake. A cancel (barge-in, hang-up) closes the response
 from the cancelling thread: the blocked read ends at once, and the server sees
 the client go and stops generating, which frees its GPU for the other calls.
 Each request carries the session id (``user`` and a header), so servers with
-prefix caching, and routers with session affinity, keep a call's context warm.
+prefix caching, and routers with session affinity, keep a call's context warm. A reply's
+request also carries the trace context of its LLM stage (``traceparent``) when tracing is
+on, so a traced server's spans join the call's trace.
 
 Retries only where nothing can have been generated yet: a failed connect, or a
 429/502/503 answer before the stream began. Once a token arrived, a failure is
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -80,18 +82,23 @@ class OpenAiCompatibleLlm:
             **fields,
         }
 
-    def _headers(self, session_id: str) -> dict[str, str]:
+    def _headers(self, session_id: str, trace_headers: Mapping[str, str] | None) -> dict[str, str]:
         header = self.remote.session_header
-        return {header: session_id} if header else {}
+        return {**(trace_headers or {}), **({header: session_id} if header else {})}
 
     def _open(
-        self, body: dict[str, Any], session_id: str, cancel: CancelToken, usage: LlmUsage
+        self,
+        body: dict[str, Any],
+        session_id: str,
+        cancel: CancelToken,
+        usage: LlmUsage,
+        trace_headers: Mapping[str, str] | None = None,
     ) -> httpx.Response | None:
         """The response with its status checked, after safe retries; None if cancelled."""
         usage.extra.setdefault("retries", 0)
         for attempt in range(self.remote.retries + 1):
             request = self._client.build_request(
-                "POST", self.url, json=body, headers=self._headers(session_id)
+                "POST", self.url, json=body, headers=self._headers(session_id, trace_headers)
             )
             try:
                 response = self._client.send(request, stream=body.get("stream", False))
@@ -130,6 +137,7 @@ class OpenAiCompatibleLlm:
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[str]:
         started = time.monotonic()
         body = self._body(
@@ -139,7 +147,7 @@ class OpenAiCompatibleLlm:
             stream=True,
             stream_options={"include_usage": True},
         )
-        response = self._open(body, session_id, cancel, usage)
+        response = self._open(body, session_id, cancel, usage, trace_headers)
         if response is None:
             usage.finish_reason = "cancelled"
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -103,12 +103,16 @@ class QueuedLlm(Queued[LlmEngine]):
         usage: LlmUsage,
         clock: JobClock | None = None,
         gate: threading.Event | None = None,
+        trace_headers: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[str, None]:
         """The reply's text deltas as the LLM's thread makes them; while ``gate`` is clear
-        the thread holds before its next token (:meth:`EngineRunner.stream`)."""
+        the thread holds before its next token (:meth:`EngineRunner.stream`).
+        ``trace_headers`` go to the engine (a remote one sends them)."""
         engine = self.engine
         return self.runner.stream(
-            lambda: engine.stream(session_id, messages, cancel, usage), clock, gate=gate
+            lambda: engine.stream(session_id, messages, cancel, usage, trace_headers=trace_headers),
+            clock,
+            gate=gate,
         )
 
     async def prefill(

@@ -7,20 +7,30 @@ was cut, a frame went out) and :class:`StageTimer` turns that into the turn's
 wait and compute, the deadline misses. ``turn.metrics``, the turn log and the Prometheus
 histograms all read that timeline, so their figures come from here alone.
 
-Every engine stage begins and ends in :meth:`StageTimer._stage`: the one place where a
-trace span will open and close.
+Every engine stage begins and ends in :meth:`StageTimer._stage`, and so does its trace
+span; the turn's span, and the stages written from its marks (end of turn, playout), close
+in :meth:`StageTimer.done` (``observability/tracing.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from voxpipe.config import DeadlineConfig
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.timeline import TurnTimeline
+from voxpipe.observability.tracing import (
+    NO_CALL,
+    NO_STAGE,
+    NO_TURN,
+    Attributes,
+    AttributeValue,
+    CallTrace,
+    StageTrace,
+)
 
 
 class JobTimes(Protocol):
@@ -66,26 +76,52 @@ class StageTimer:
     a miss is counted (``voxpipe_deadline_misses_total``) and listed in the turn's
     ``deadline_misses``."""
 
-    def __init__(self, timeline: TurnTimeline, metrics: Metrics, deadlines: DeadlineConfig):
+    def __init__(
+        self,
+        timeline: TurnTimeline,
+        metrics: Metrics,
+        deadlines: DeadlineConfig,
+        trace: CallTrace = NO_CALL,
+    ):
+        """``trace``: the call's span, under which this reply's turn span opens now, at the
+        end of the caller's speech."""
         self.timeline = timeline
         self._metrics = metrics
         self._deadlines = deadlines
         self._llm_job: JobTimes | None = None
         self._tokens = 0  # LLM deltas so far: how many the first phrase waited for
+        self._clauses = 0  # TTS stages begun
+        start_ns = timeline.marks_ns.get("speech_end") or time.monotonic_ns()
+        self._turn = trace.turn(timeline.turn_id, start_ns)
+        self._llm_span = NO_STAGE
 
     @contextlib.contextmanager
-    def _stage(self, name: str) -> Iterator[None]:
+    def _stage(self, name: str, attributes: Callable[[], Attributes]) -> Iterator[StageTrace]:
         """Every engine stage (``stt``, ``llm``, each clause's ``tts``) begins and ends
-        here and nowhere else: the place for a trace span (issue 16). An exception ends it
-        and goes on."""
-        yield
+        here and nowhere else, and so does its span, which closes with ``attributes()``:
+        what the stage's job measured by then. An exception ends it and goes on."""
+        span = self._turn.begin(name, time.monotonic_ns())
+        failure: str | None = None
+        cancelled = False
+        try:
+            yield span
+        except Exception as error:
+            failure = type(error).__name__
+            raise
+        except BaseException:  # the task was cancelled (the call closed): not an error
+            cancelled = True
+            raise
+        finally:
+            if span is not NO_STAGE:  # off: not even the attributes are gathered
+                what = {**attributes(), "voxpipe.cancelled": True} if cancelled else attributes()
+                span.end(time.monotonic_ns(), what, failure)
 
     # -- STT ------------------------------------------------------------------
 
     @contextlib.contextmanager
     def stt(self, job: JobTimes) -> Iterator[None]:
         """The caller's turn transcribed (``job``: the STT's clock); recorded on success."""
-        with self._stage("stt"):
+        with self._stage("stt", lambda: _job_attributes(job)):
             yield
         tl = self.timeline
         tl.mark("stt_done")
@@ -95,12 +131,42 @@ class StageTimer:
     # -- LLM ------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def llm(self, job: JobTimes) -> Iterator[None]:
-        """The LLM asked for the reply (``job``: its stream's clock) until it stops."""
+    def llm(self, job: JobTimes, usage: TokenUsage | None = None) -> Iterator[None]:
+        """The LLM asked for the reply (``job``: its stream's clock; ``usage``: what it
+        counts) until it stops."""
         self._llm_job = job
-        with self._stage("llm"):
+        with self._stage("llm", lambda: self._llm_attributes(job, usage)) as span:
+            self._llm_span = span
             self.timeline.mark("llm_request")
             yield
+
+    def trace_headers(self) -> dict[str, str]:
+        """The LLM stage's trace context (``traceparent``), for a remote engine's request:
+        its spans become the stage's children. Empty when tracing is off."""
+        return self._llm_span.traceparent()
+
+    def _llm_attributes(self, job: JobTimes, usage: TokenUsage | None) -> Attributes:
+        """The gen_ai semantic conventions, and what voxpipe knows beyond them."""
+        attributes: dict[str, AttributeValue] = {
+            **self._turn.model,
+            "gen_ai.operation.name": "chat",
+            **_job_attributes(job),
+        }
+        if job.started_ns and job.first_item_ns:
+            attributes["voxpipe.llm.ttft_ms"] = _ms(job.first_item_ns - job.started_ns)
+        if usage is not None:
+            attributes.update(
+                {
+                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                    "gen_ai.usage.output_tokens": usage.completion_tokens,
+                    "voxpipe.llm.prefill_tokens": usage.prefill_tokens,
+                    "voxpipe.llm.reused_tokens": usage.reused_tokens,
+                    "voxpipe.llm.state_restored": usage.state_restored,
+                }
+            )
+            if usage.finish_reason:
+                attributes["gen_ai.response.finish_reasons"] = (usage.finish_reason,)
+        return attributes
 
     def token(self) -> None:
         self.timeline.mark("llm_first_token")
@@ -152,7 +218,18 @@ class StageTimer:
     def tts(self, job: JobTimes) -> Iterator[None]:
         """One clause synthesized (``job``: its clock); recorded once it is all out. The
         first clause's first chunk is what the caller waits for, not the whole clause."""
-        with self._stage("tts"):
+        self._clauses += 1
+        clause = self._clauses
+
+        def attributes() -> Attributes:
+            first = {"voxpipe.tts.first_chunk_ms": _ms(job.first_item_ns - job.started_ns)}
+            return {
+                "voxpipe.tts.clause": clause,
+                **_job_attributes(job),
+                **(first if job.first_item_ns else {}),
+            }
+
+        with self._stage("tts", attributes):
             yield
         tl = self.timeline
         if job.first_item_ns:
@@ -180,8 +257,35 @@ class StageTimer:
         self.timeline.marks_ns["speech_end"] = speech_end_ns
         self.timeline.mark("eot")
 
-    def done(self) -> None:
+    def done(self, status: str = "", reply_text: str = "") -> None:
+        """The reply is over (``status``, its text ``reply_text``): its turn span closes."""
         self.timeline.mark("response_done")
+        if self._turn is not NO_TURN:
+            self._end_turn(status, reply_text)
+
+    def _end_turn(self, status: str, reply_text: str) -> None:
+        """The stages written from the marks, then the turn's span."""
+        tl, turn = self.timeline, self._turn
+        marks = tl.marks_ns
+        end_ns = marks["response_done"]
+        if "speech_end" in marks and "eot" in marks:
+            turn.stage("end_of_turn", marks["speech_end"], marks["eot"])
+        sent = [marks[s] for s in ("first_audio_sent", "filler_sent") if s in marks]
+        if sent:
+            turn.stage("playout", min(sent), end_ns, {"voxpipe.filler": "filler_sent" in marks})
+        attributes: dict[str, AttributeValue] = {
+            "voxpipe.turn.status": str(status),
+            "voxpipe.turn.interrupted": status == "interrupted",  # a barge-in
+            "voxpipe.turn.preempted": bool(tl.counters.get("preempted", False)),
+            "voxpipe.turn.deadline_misses": tuple(tl.counters.get("deadline_misses", ())),
+        }
+        voice_to_voice = tl.voice_to_voice_ms()
+        if voice_to_voice is not None:
+            attributes["voxpipe.turn.voice_to_voice_ms"] = voice_to_voice
+        if turn.content:
+            attributes["voxpipe.turn.transcript"] = str(tl.counters.get("transcript", ""))
+            attributes["voxpipe.turn.reply"] = reply_text
+        turn.end(end_ns, attributes)
 
     def missed(self, stage: str) -> None:
         self._metrics.deadline_misses.labels(stage).inc()
@@ -192,3 +296,15 @@ class StageTimer:
         start = self.timeline.marks_ns.get("speech_end")
         if start is not None and time.monotonic_ns() - start > due_ms * 1_000_000:
             self.missed(stage)
+
+
+def _ms(ns: int) -> float:
+    return round(ns / 1e6, 3)
+
+
+def _job_attributes(job: JobTimes) -> Attributes:
+    """An engine job's wait for its thread, apart from its compute."""
+    return {
+        "voxpipe.queue_ms": round(job.queue_s * 1000, 3),
+        "voxpipe.compute_ms": round(job.compute_s * 1000, 3),
+    }

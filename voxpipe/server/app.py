@@ -144,6 +144,7 @@ def create_app(
                 state.services.runners.close()
                 if state.services.store is not None:
                     await state.services.store.aclose()
+            await asyncio.to_thread(state.tracing.shutdown)  # the spans still buffered go out
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "alive", "worker": state.worker, "pid": os.getpid()})

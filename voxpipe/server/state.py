@@ -13,9 +13,11 @@ from voxpipe.agent import RunningAgent
 from voxpipe.config import Config
 from voxpipe.conversation.services import CallStore, Filler, Services
 from voxpipe.engines.base import Engines
+from voxpipe.engines.model_files import QWEN_FILE
 from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
+from voxpipe.observability.tracing import Attributes, tracing_for
 from voxpipe.observability.turn_log import TurnLog
 from voxpipe.server.auth import Authenticator
 from voxpipe.server.calls import CallRegistry
@@ -34,6 +36,7 @@ class ServerState:
         self.auth = Authenticator(config.auth, replay_guard(config.store))
         self.calls = CallRegistry(config.limits.max_calls, self.metrics)
         self.worker = worker_id(config)
+        self.tracing = tracing_for(config.tracing, self.worker, llm_model(config))
 
     @property
     def ready(self) -> bool:
@@ -72,7 +75,16 @@ class ServerState:
             turn_log=TurnLog(self.config.server.turn_log_path),
             filler=filler,
             store=store,
+            tracing=self.tracing,
         )
         self.metrics.ready.set(1)
         for callback in self.on_ready:
             callback()
+
+
+def llm_model(config: Config) -> Attributes:
+    """What every llm span says of the model (OpenTelemetry's gen_ai conventions)."""
+    if config.llm.engine == "openai":
+        return {"gen_ai.system": "openai", "gen_ai.request.model": config.remote_llm.model}
+    path = config.llm.model_path
+    return {"gen_ai.system": "llama.cpp", "gen_ai.request.model": path.name if path else QWEN_FILE}

@@ -135,6 +135,7 @@ class Call:
             system_prompt=instructions,
             owner=self.principal.id,
             record=record,
+            transport=self.transport,
         )
         self.attach(session)
         return session

@@ -20,6 +20,7 @@ from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.timeline import order_violations
+from voxpipe.observability.tracing import Tracing
 from voxpipe.observability.turn_log import TurnLog
 
 W = 512  # the fake VAD's window: 32 ms at 16 kHz
@@ -54,6 +55,7 @@ class Call:
         deadlines: dict[str, Any] | None = None,
         stt_config: dict[str, Any] | None = None,
         store: CallStore | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
@@ -76,6 +78,7 @@ class Call:
             TurnLog(None),
             filler=filler,
             store=store,
+            tracing=tracing or Tracing.off(),
         )
         self.send_yields = send_yields
         self._send_lock = asyncio.Lock()

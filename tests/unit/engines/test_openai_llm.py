@@ -142,6 +142,22 @@ def test_a_reply_streams_and_carries_the_session_key(server: tuple[str, Script])
     assert seen.headers["authorization"] == "Bearer k"
 
 
+def test_a_reply_carries_its_trace_context(server: tuple[str, Script]) -> None:
+    """The LLM stage's ``traceparent``: the server's spans join the call's trace."""
+    url, script = server
+    traceparent = "00-5a635e2d7363593fc621eaed0fbb78f8-4b889533abb9533e-01"
+    llm = engine(url)
+    deltas = llm.stream(
+        "call-7", MESSAGES, CancelToken(), LlmUsage(), trace_headers={"traceparent": traceparent}
+    )
+    assert "".join(deltas) == "Hi there."
+    assert "".join(llm.stream("call-7", MESSAGES, CancelToken(), LlmUsage())) == "Hi there."
+    traced, untraced = script.seen
+    assert traced.headers["traceparent"] == traceparent
+    assert traced.headers["x-session-id"] == "call-7"  # beside the session header
+    assert "traceparent" not in untraced.headers
+
+
 def test_requests_reuse_one_connection(server: tuple[str, Script]) -> None:
     url, script = server
     llm = engine(url)
