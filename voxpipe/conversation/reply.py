@@ -407,6 +407,7 @@ class Reply:
         if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
         self.stages.done()
+        self.stages.split(self.tracker.started_playing_ns())
         tl.counters.update(
             status=self.status,
             reply=self.kept_text,

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from voxpipe.config import DeadlineConfig
+from voxpipe.observability.latency_split import ClientTiming, inference_ms, split
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.timeline import TurnTimeline
 
@@ -72,6 +73,7 @@ class StageTimer:
         self._deadlines = deadlines
         self._llm_job: JobTimes | None = None
         self._tokens = 0  # LLM deltas so far: how many the first phrase waited for
+        self.client: ClientTiming | None = None  # the client's report, if it came in time
 
     @contextlib.contextmanager
     def _stage(self, name: str) -> Iterator[None]:
@@ -182,6 +184,25 @@ class StageTimer:
 
     def done(self) -> None:
         self.timeline.mark("response_done")
+
+    def reported(self, client: ClientTiming) -> None:
+        """The client's own timing of this turn (``client.turn``), before its record is made."""
+        self.client = client
+        self.timeline.counters["client"] = client.as_dict()
+
+    def split(self, played_ns: int | None) -> None:
+        """The turn's latency split (``latency_split.py``) into its record: ``played_ns`` is
+        when the transport's playback signal says the first reply frame began to play."""
+        tl, marks = self.timeline, self.timeline.marks_ns
+        sent = [marks[s] for s in ("filler_sent", "first_audio_sent") if s in marks]
+        if not sent or "speech_end" not in marks:
+            return  # no reply audio: no wait to split
+        first_ns = min(sent)
+        playback = None if played_ns is None else (played_ns - first_ns) / 1e6
+        compute_ms = {k: v * 1000 for k, v in tl.compute_s.items()}
+        server_ms = (first_ns - marks["speech_end"]) / 1e6
+        parts = split(server_ms, inference_ms(compute_ms), playback, self.client)
+        tl.counters["split_ms"] = parts.as_dict()
 
     def missed(self, stage: str) -> None:
         self._metrics.deadline_misses.labels(stage).inc()
