@@ -426,6 +426,7 @@ def turn_rows(logs: Sequence[CallLog]) -> tuple[list[dict[str, Any]], dict[str, 
                 "first_clause": record.get("first_clause"),
                 "first_clause_tokens": record.get("first_clause_tokens"),
                 "preempted": record.get("preempted"),
+                "split_ms": record.get("split_ms", {}),
             },
         )
         rows.append(row)

@@ -31,6 +31,7 @@ STAGES: tuple[tuple[str, str], ...] = (
 )
 INFLATION_TARGET = 1.2  # in-server / isolated at p50, per stage (issue 13)
 PERCENTILES = ("p50", "p95", "p99", "max")
+SPLIT_PARTS = ("transport", "inference", "application", "playback")  # latency_split.PARTS
 
 
 def per_100(count: int, turns: int) -> float | None:
@@ -93,6 +94,16 @@ def stage_table(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def split_table(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per part of the latency split (the turn records' ``split_ms``): its spread over the
+    turns that know it; transport is known only where the client reported the turn."""
+    rows = list(rows)
+    return {
+        part: spread(r.get("server", {}).get("split_ms", {}).get(part) for r in rows)
+        for part in SPLIT_PARTS
+    }
+
+
 def summarize_all(
     rows: Sequence[dict[str, Any]], transports: Sequence[str], silence_ms: int
 ) -> dict[str, dict[str, Any]]:
@@ -102,6 +113,7 @@ def summarize_all(
         out[transport] = {
             "caller": caller_summary(mine, silence_ms),
             "stages": stage_table(mine),
+            "split": split_table(mine),
             "prefill_tokens": {
                 "server": spread(r.get("server", {}).get("prefill_tokens") for r in mine),
                 "isolated": spread((r.get("isolated") or {}).get("prefill_tokens") for r in mine),
@@ -175,6 +187,20 @@ def render_markdown(summary: dict[str, dict[str, Any]], header: str, silence_ms:
             lines.append(f"\n{transport}: the filler was told from the answer {how}.")
     lines += [
         "",
+        "**Where the wait went** (ms; the turn records' `split_ms`: the four parts add up to "
+        "the caller's wait from the client's end of speech to its first reply sample played)",
+        "",
+        "| transport | part | n | p50 | p99 |",
+        "|---|---|---|---|---|",
+    ]
+    for transport, s in summary.items():
+        for part, st in s.get("split", {}).items():
+            lines.append(
+                f"| {transport} | {part} | {st.get('n', 0)} | {_cell(st.get('p50'))} "
+                f"| {_cell(st.get('p99'))} |"
+            )
+    lines += [
+        "",
         "**Stage compute: in the server vs the same engine alone on the same inputs** (ms; "
         f"target: ratio at p50 ≤ {INFLATION_TARGET})",
         "",
@@ -219,6 +245,12 @@ def render_markdown(summary: dict[str, dict[str, Any]], header: str, silence_ms:
         "compute: the turn records' `compute_ms` (queue wait excluded) beside the same engine "
         "loaded in the bench process after the calls, run on the utterance as the server's "
         "turn detector cut it (μ-law and resampling for Twilio), the same message list with "
-        "the call's KV prefix warm, and the same first phrase.",
+        "the call's KV prefix warm, and the same first phrase. Where the wait went: "
+        "transport is the caller's last speech crossing to the server (half the round trip "
+        "the native client reports; none over Twilio, which carries no client timing), "
+        "inference the engines' compute on the way to the first reply audio, application "
+        "the rest of the server's time (end-of-turn silence, queues), playback the first "
+        "reply frame to its first sample played (the native client's report, Twilio's mark "
+        "echo): docs/observability.md.",
     ]
     return "\n".join(lines)

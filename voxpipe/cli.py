@@ -190,6 +190,8 @@ def cmd_call(args: argparse.Namespace) -> int:
             print(f"  {stage:<18}{ms:>9.1f} ms")
         for name, ms in turn.metrics.get("compute_ms", {}).items():
             print(f"  compute {name:<10}{ms:>9.1f} ms")
+        for part, ms in turn.metrics.get("split_ms", {}).items():  # docs/observability.md
+            print(f"  split {part:<12}" + ("        –" if ms is None else f"{ms:>9.1f} ms"))
         llm = turn.metrics.get("llm", {})
         if llm:
             print(

@@ -10,13 +10,17 @@ reports (optional) tell the server what was heard.
 
 Voice-to-voice latency is measured as the caller feels it: from the moment
 the frame holding the last speech sample left until the first reply audio
-byte arrived.
+byte arrived. The client also tells the server what it measured of each turn
+(``client.turn``, ``docs/protocol.md``): from sending the frame that holds the
+end of speech the server's VAD heard to the turn's first reply frame received
+and to its first sample played. It names itself on connect (``?client=``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import struct
 import time
@@ -32,6 +36,23 @@ from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
 
 AUDIO_HEADER = struct.Struct("<II")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("voxpipe")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+CLIENT = f"voxpipe-python/{_version()}"  # ?client= on connect (observability/client_labels.py)
+
+
+def with_client(url: str, client: str = CLIENT) -> str:
+    """``url`` naming the client, unless it names one already."""
+    if "client=" in url:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}client={client}"
 
 
 def speech_end_sample(audio: np.ndarray, rate: int, floor_db: float = 35.0) -> int:
@@ -65,6 +86,9 @@ class TurnResult:
     speech_end_sent_ns: int = 0
     first_audio_ns: int = 0
     last_audio_ns: int = 0
+    vad_end_sent_ns: int = 0  # the frame holding where the server's VAD heard speech end left
+    first_played_ns: int = 0  # the first reply sample began to play (this client's speaker)
+    report: dict[str, Any] | None = None  # the client.turn sent for this turn
     complete: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -94,10 +118,13 @@ class _Playback:
         self.ends_at = 0.0  # monotonic time the last buffered frame finishes playing
         self.played_seq = 0
 
-    def add(self, seq: int, duration_s: float) -> None:
+    def add(self, seq: int, duration_s: float) -> float:
+        """Buffer a frame; returns when it begins to play (monotonic s)."""
         now = time.monotonic()
-        self.ends_at = max(self.ends_at, now) + duration_s
+        starts = max(self.ends_at, now)
+        self.ends_at = starts + duration_s
         self.queue.append((seq, self.ends_at))
+        return starts
 
     def advance(self) -> int:
         now = time.monotonic()
@@ -120,12 +147,18 @@ RESEND_FRAMES = 1500  # 30 s of 20 ms frames kept for a resend after a reconnect
 
 class NativeClient:
     def __init__(
-        self, url: str, frame_ms: int = 20, input_rate: int = 16000, ack_ms: int | None = None
+        self,
+        url: str,
+        frame_ms: int = 20,
+        input_rate: int = 16000,
+        ack_ms: int | None = None,
+        report: bool = True,
     ) -> None:
         self.url = url
         self.frame_ms = frame_ms
         self.input_rate = input_rate
         self.ack_ms = ack_ms  # send playback.ack this often; None = never (server estimates)
+        self.report = report  # send client.turn for each turn heard
         self.output_rate = 0
         self.session_id = ""
         self.started: dict[str, Any] = {}
@@ -150,6 +183,7 @@ class NativeClient:
         self.resumes: list[dict[str, Any]] = []
         self._sent_samples = 0
         self._recent: deque[tuple[int, bytes]] = deque(maxlen=RESEND_FRAMES)
+        self._sent_at: deque[tuple[int, int]] = deque(maxlen=RESEND_FRAMES)  # (end sample, ns)
         self._resend: deque[bytes] = deque()
 
     async def __aenter__(self) -> NativeClient:
@@ -178,7 +212,7 @@ class NativeClient:
         return started
 
     async def _open(self, url: str, start: dict[str, Any]) -> dict[str, Any]:
-        self._ws = await websockets.connect(url, max_size=4 << 20, open_timeout=30)
+        self._ws = await websockets.connect(with_client(url), max_size=4 << 20, open_timeout=30)
         await self._ws.send(
             json.dumps({"type": "session.start", "input_sample_rate": self.input_rate, **start})
         )
@@ -237,12 +271,16 @@ class NativeClient:
                 if turn_id in self._cleared and seq > self._cleared[turn_id]:
                     self.audio_after_clear.append(seq)
                     continue
+                first = not turn.first_audio_ns
                 turn.last_audio_ns = time.monotonic_ns()
                 turn.first_audio_ns = turn.first_audio_ns or turn.last_audio_ns
                 turn.seqs.append(seq)
                 pcm = message[AUDIO_HEADER.size :]
                 turn.audio += pcm
-                self.playback.add(seq, len(pcm) / 2 / self.output_rate)
+                starts = self.playback.add(seq, len(pcm) / 2 / self.output_rate)
+                if first:
+                    turn.first_played_ns = max(turn.first_audio_ns, round(starts * 1e9))
+                    await self._report(turn)
                 continue
             event = json.loads(message)
             event_id = event.get("event_id", 0)
@@ -260,6 +298,7 @@ class NativeClient:
                 turn.events.append(event)
                 if kind == "vad.speech_stopped":
                     turn.speech_end_sent_ns = self._last_speech_end_ns
+                    turn.vad_end_sent_ns = self._sent_at_ms(event["audio_ms"])
                 elif kind == "transcript":
                     turn.transcript = event["text"]
                 elif kind == "playback.clear":
@@ -286,6 +325,7 @@ class NativeClient:
             self._recent.append((self._sent_samples, payload))
             self._sent_samples += len(payload) // 2
             await self._ws.send(payload)
+            self._sent_at.append((self._sent_samples, time.monotonic_ns()))
             self._frames_sent += 1
             for utt in self._unsent:
                 if not utt.speech_start_sent_ns and utt.speech_start_frame <= self._frames_sent:
@@ -302,6 +342,27 @@ class NativeClient:
             ):
                 await self._ws.send(json.dumps({"type": "playback.ack", "seq": played}))
                 last_ack, acked = time.monotonic(), played
+
+    def _sent_at_ms(self, audio_ms: float) -> int:
+        """When the frame holding the last sample before ``audio_ms`` of the call's inbound
+        audio left (0 if no longer known): the arrival the server timed as ``speech_end``."""
+        sample = round(audio_ms * self.input_rate / 1000)
+        return next((ns for end, ns in self._sent_at if end >= sample), 0)
+
+    async def _report(self, turn: TurnResult) -> None:
+        """``client.turn``: this turn's first reply audio, received and played, in ms after
+        the server's end of speech left this client."""
+        if not self.report or not turn.vad_end_sent_ns:
+            return
+        since = turn.vad_end_sent_ns
+        turn.report = {
+            "type": "client.turn",
+            "turn_id": turn.turn_id,
+            "first_audio_received_ms": round((turn.first_audio_ns - since) / 1e6, 1),
+            "first_audio_played_ms": round((turn.first_played_ns - since) / 1e6, 1),
+        }
+        with contextlib.suppress(websockets.ConnectionClosed):  # the read loop sees it end
+            await self._ws.send(json.dumps(turn.report))
 
     # -- speaking -----------------------------------------------------------
 

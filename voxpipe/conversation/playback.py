@@ -13,6 +13,7 @@ and holds reply audio back so the buffer never runs more than a little ahead.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_right
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ class PlaybackTracker:
         self._synth_samples = 0
         self._sent_samples = 0
         self._acked_samples: int | None = None
+        self._first_ack: tuple[int, int] | None = None  # (samples it covers, arrival ns)
 
     # -- producing ----------------------------------------------------------
 
@@ -69,6 +71,8 @@ class PlaybackTracker:
         if i == 0 or self._frame_seqs[i - 1] != seq:
             return False
         samples = self._frames[i - 1].end
+        if self._first_ack is None:
+            self._first_ack = (samples, time.monotonic_ns())
         self._acked_samples = max(self._acked_samples or 0, samples)
         return True
 
@@ -86,6 +90,14 @@ class PlaybackTracker:
     @property
     def last_seq(self) -> int | None:
         return self._frame_seqs[-1] if self._frame_seqs else None
+
+    def started_playing_ns(self) -> int | None:
+        """When the first frame began to play, by the first ack: its arrival less the audio
+        up to the end of the frame it names, played back to back. None before any ack."""
+        if self._first_ack is None:
+            return None
+        samples, at_ns = self._first_ack
+        return at_ns - samples * 1_000_000_000 // self.rate
 
     def heard_samples(self, now_ns: int) -> int:
         if self._acked_samples is not None:

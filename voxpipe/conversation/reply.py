@@ -422,6 +422,7 @@ class Reply:
         self.stages.done(self.status, self.kept_text)  # a discarded turn's span says so
         if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
+        self.stages.split(self.tracker.started_playing_ns())
         tl.counters.update(
             status=self.status,
             reply=self.kept_text,

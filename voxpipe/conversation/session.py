@@ -26,6 +26,7 @@ import numpy as np
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
+from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
 from voxpipe.conversation.events import HistorySnapshot, SpeechStarted, SpeechStopped
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound, Uncommitted
@@ -41,6 +42,7 @@ from voxpipe.conversation.turn_messages import FinishedTurns, TurnMessages
 from voxpipe.conversation.turn_taking import TurnTaking, Yield
 from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage, Role
 from voxpipe.engines.runner import JobClock
+from voxpipe.observability.latency_split import ClientTiming
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
 __all__ = ["Session"]
@@ -107,6 +109,7 @@ class Session:
         )
         self._last_activity_ns = time.monotonic_ns()
         self.turns: list[dict[str, object]] = []
+        self._reports = ClientReports(services.metrics, self.recorder, self.turns)
         self.server_vad = True  # False: the client ends turns itself (commit_input)
         self.auto_respond = True  # False: a turn's end starts no reply (respond asks)
         self._uncommitted = Uncommitted(self._inbound, self.counts)  # for commit_input
@@ -327,6 +330,10 @@ class Session:
             return True
         # A frame of an earlier reply, still playing when the next turn ended: nothing to cut.
         return 0 < seq <= self._seq
+
+    def client_turn(self, turn_id: int, timing: ClientTiming) -> ReportOutcome:
+        """The client's own timing of turn ``turn_id`` (``client.turn``)."""
+        return self._reports.take(turn_id, timing, self._turns.reply, self.transport)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Mapping
 
 import psutil
 from prometheus_client import (
@@ -21,6 +22,7 @@ from prometheus_client import (
 )
 
 from voxpipe.observability.client_labels import ClientVersions, client_name
+from voxpipe.observability.latency_split import PARTS
 from voxpipe.observability.timeline import OPTIONAL_STAGES, STAGES, TurnTimeline
 
 _LATENCY_BUCKETS = (
@@ -202,6 +204,16 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.latency_split = Histogram(
+            "voxpipe_turn_latency_split_seconds",
+            "A turn's voice-to-voice in four parts that add up to it: transport (the caller's "
+            "last speech to the server), inference (engine compute), application (the rest of "
+            "the server's time), playback (the first reply frame sent to its first sample "
+            "played); a part is observed once per turn, when it is known.",
+            ["part"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def sample_process(self) -> None:
         """Refresh the process gauges (tasks, threads, memory) before a scrape."""
@@ -231,6 +243,13 @@ class Metrics:
             max(0.0, seconds)
         )
 
+    def observe_split(self, parts: Mapping[str, float | None]) -> None:
+        """The parts of a turn's latency split (ms, ``latency_split.PARTS``) that are known."""
+        for part in PARTS:
+            ms = parts.get(part)
+            if ms is not None:
+                self.latency_split.labels(part).observe(max(0.0, ms) / 1000)
+
     def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
         self.engine_queue.labels(engine).observe(queue_s)
         self.engine_compute.labels(engine).observe(compute_s)
@@ -250,6 +269,7 @@ class Metrics:
         for phase, ms in timeline.counters.get("barge_in", {}).items():
             if ms is not None:
                 self.barge_in.labels(phase.removesuffix("_ms")).observe(max(0.0, ms) / 1000)
+        self.observe_split(timeline.counters.get("split_ms", {}))
         prefill = timeline.counters.get("llm", {}).get("prefill_tokens")
         if prefill is not None:
             self.prefill_tokens.observe(prefill)

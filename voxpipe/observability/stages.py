@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from voxpipe.config import DeadlineConfig
+from voxpipe.observability.latency_split import ClientTiming, inference_ms, split
 from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.timeline import TurnTimeline
 from voxpipe.observability.tracing import (
@@ -94,6 +95,7 @@ class StageTimer:
         start_ns = timeline.marks_ns.get("speech_end") or time.monotonic_ns()
         self._turn = trace.turn(timeline.turn_id, start_ns)
         self._llm_span = NO_STAGE
+        self.client: ClientTiming | None = None  # the client's report, if it came in time
 
     @contextlib.contextmanager
     def _stage(self, name: str, attributes: Callable[[], Attributes]) -> Iterator[StageTrace]:
@@ -286,6 +288,25 @@ class StageTimer:
             attributes["voxpipe.turn.transcript"] = str(tl.counters.get("transcript", ""))
             attributes["voxpipe.turn.reply"] = reply_text
         turn.end(end_ns, attributes)
+
+    def reported(self, client: ClientTiming) -> None:
+        """The client's own timing of this turn (``client.turn``), before its record is made."""
+        self.client = client
+        self.timeline.counters["client"] = client.as_dict()
+
+    def split(self, played_ns: int | None) -> None:
+        """The turn's latency split (``latency_split.py``) into its record: ``played_ns`` is
+        when the transport's playback signal says the first reply frame began to play."""
+        tl, marks = self.timeline, self.timeline.marks_ns
+        sent = [marks[s] for s in ("filler_sent", "first_audio_sent") if s in marks]
+        if not sent or "speech_end" not in marks:
+            return  # no reply audio: no wait to split
+        first_ns = min(sent)
+        playback = None if played_ns is None else (played_ns - first_ns) / 1e6
+        compute_ms = {k: v * 1000 for k, v in tl.compute_s.items()}
+        server_ms = (first_ns - marks["speech_end"]) / 1e6
+        parts = split(server_ms, inference_ms(compute_ms), playback, self.client)
+        tl.counters["split_ms"] = parts.as_dict()
 
     def missed(self, stage: str) -> None:
         self._metrics.deadline_misses.labels(stage).inc()

@@ -87,7 +87,7 @@ async def serve_call(ws: WebSocket, transport: Transport, state: ServerState) ->
         await refuse(ws, transport, CallEnd(ErrorCode.UNAUTHORIZED, str(exc), CloseCode.POLICY))
         return
     client = metrics.client_version(claimed_client(ws.headers, ws.query_params))
-    call = Call(transport.name, state.services, state.calls, principal)
+    call = Call(transport.name, state.services, state.calls, principal, client_version=client)
     resuming = ws.query_params.get("session_id")
     reconnect = resuming is not None and state.calls.owner_of(resuming) == principal.id
     refusal = state.calls.admit(call, resuming=resuming)

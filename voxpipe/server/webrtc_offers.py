@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from voxpipe.conversation import ownership
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
+from voxpipe.observability.client_labels import claimed_client
 from voxpipe.server.auth import AuthError, Credentials
 from voxpipe.server.lifecycle import run_call
 from voxpipe.server.state import ServerState
@@ -79,7 +80,8 @@ class WebRTCOffers:
             if taken is not None:
                 status = 403 if taken.code is ErrorCode.UNAUTHORIZED else 409
                 return self._refuse(taken.code, taken.message, status)
-        call = Call("webrtc", services, state.calls, principal)
+        client = state.metrics.client_version(claimed_client(request.headers, request.query_params))
+        call = Call("webrtc", services, state.calls, principal, client_version=client)
         refusal = state.calls.admit(call)
         if refusal is not None:
             return self._refuse(refusal.code, refusal.message)

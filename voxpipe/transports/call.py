@@ -22,6 +22,7 @@ from voxpipe.conversation.principal import ANONYMOUS, Principal
 from voxpipe.conversation.resume import ResumableSessions
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.session import Session
+from voxpipe.observability.client_labels import UNKNOWN
 from voxpipe.observability.logs import bind_log_context
 
 
@@ -95,6 +96,7 @@ class Call:
     services: Services
     registry: LiveSessions
     principal: Principal = ANONYMOUS
+    client_version: str = UNKNOWN  # the client's bounded label (``client_labels.py``)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_ns: int = field(default_factory=time.monotonic_ns)
     session: Session | None = None

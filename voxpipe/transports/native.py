@@ -88,7 +88,11 @@ class NativeConnection:
         self.sink = call_send_buffer(ws, call, "the client")
         self.sinks = SessionSinks(self.send_event, self.send_audio)
         self.events = ClientEvents(
-            self.send_event, lambda: self.session, self._start, self.cfg.server.max_message_bytes
+            self.send_event,
+            lambda: self.session,
+            self._start,
+            self.cfg.server.max_message_bytes,
+            call.client_version,
         )
 
     # -- sending ------------------------------------------------------------

@@ -14,9 +14,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from voxpipe.config import AudioConfig, TurnConfig
+from voxpipe.conversation.client_reports import ReportOutcome
 from voxpipe.conversation.events import (
     ErrorCode,
     ErrorEvent,
@@ -27,6 +28,8 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session
+from voxpipe.observability.client_labels import UNKNOWN
+from voxpipe.observability.latency_split import ClientTiming
 from voxpipe.transports.base import Undecodable, decode_json, describe_error
 from voxpipe.transports.call import Rates
 
@@ -71,6 +74,28 @@ class PlaybackAck(BaseModel):
 
     type: Literal["playback.ack"]
     seq: int = Field(ge=1, lt=2**32)
+
+
+MAX_REPORTED_MS = 300_000.0  # a client's figure past 5 minutes is not a turn's latency
+
+
+class ClientTurn(BaseModel):
+    """The client's own timing of one turn, in ms after its end of speech (the send of the
+    frame holding the sample ``vad.speech_stopped`` named): ``observability/latency_split.py``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["client.turn"]
+    turn_id: int = Field(ge=1, lt=2**32)
+    first_audio_received_ms: float = Field(ge=0, le=MAX_REPORTED_MS, allow_inf_nan=False)
+    first_audio_played_ms: float = Field(ge=0, le=MAX_REPORTED_MS, allow_inf_nan=False)
+    client: str | None = Field(None, min_length=1, max_length=64)  # NAME/VERSION
+
+    @model_validator(mode="after")
+    def _played_after_received(self) -> ClientTurn:
+        if self.first_audio_played_ms < self.first_audio_received_ms:
+            raise ValueError("first_audio_played_ms is before first_audio_received_ms")
+        return self
 
 
 class SessionUpdate(BaseModel):
@@ -147,6 +172,7 @@ class ClientEvents:
 
     ``session`` says the connection's session of the moment (None before it started);
     ``on_start`` handles ``session.start``, the one event the wires treat differently.
+    ``client`` is the connection's client label (``Call.client_version``).
     """
 
     def __init__(
@@ -155,11 +181,13 @@ class ClientEvents:
         session: Callable[[], Session | None],
         on_start: OnSessionStart,
         max_message_bytes: int,
+        client: str = UNKNOWN,
     ) -> None:
         self.send_event = send_event
         self.session = session
         self.on_start = on_start
         self.max_message_bytes = max_message_bytes
+        self.client = client
 
     async def handle(self, text: str) -> bool:
         """Act on one text message; True when the client hangs up (``session.end``)."""
@@ -179,6 +207,8 @@ class ClientEvents:
             await self._update(payload)
         elif kind == "playback.ack":
             await self._ack(payload)
+        elif kind == "client.turn":
+            await self._client_turn(payload)
         elif kind == "history.get":
             if (session := await self.started("history.get")) is not None:
                 await self.send_event(session.history_snapshot())
@@ -224,3 +254,24 @@ class ClientEvents:
             return
         session.update_turn_config(turn)
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
+
+    async def _client_turn(self, payload: dict[str, Any]) -> None:
+        session = await self.started("client.turn")
+        if session is None:
+            return
+        try:
+            report = ClientTurn.model_validate(payload)
+        except ValidationError as exc:
+            await self.error(ErrorCode.INVALID_EVENT, f"client.turn: {describe_error(exc)}")
+            return
+        client = self.client  # named at connect; else the report's own word, bounded alike
+        if client == UNKNOWN:
+            client = session.services.metrics.client_version(report.client)
+        timing = ClientTiming(client, report.first_audio_received_ms, report.first_audio_played_ms)
+        outcome = session.client_turn(report.turn_id, timing)
+        if outcome is ReportOutcome.UNKNOWN_TURN:
+            await self.error(ErrorCode.INVALID_EVENT, f"client.turn: no turn {report.turn_id}")
+        elif outcome is ReportOutcome.ALREADY:
+            await self.error(
+                ErrorCode.INVALID_EVENT, f"client.turn: turn {report.turn_id} was reported already"
+            )

@@ -135,7 +135,11 @@ class WebRTCConnection:
             offer.instructions,
         )
         self.events = ClientEvents(
-            self.send_event, lambda: self.session, self._on_start, self.cfg.server.max_message_bytes
+            self.send_event,
+            lambda: self.session,
+            self._on_start,
+            self.cfg.server.max_message_bytes,
+            call.client_version,
         )
 
     # -- signalling -----------------------------------------------------------

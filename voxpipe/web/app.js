@@ -9,6 +9,7 @@ import { openAudio } from "./audio.js";
 import { startMic } from "./mic.js";
 import { Player } from "./player.js";
 import { ResumingConnection, whyNotStarted } from "./resume.js";
+import { playedAt, TurnTiming } from "./timing.js";
 import { TranscriptView } from "./transcript.js";
 import { Waterfall } from "./waterfall.js";
 
@@ -42,6 +43,7 @@ class Call {
     this.mic = null;
     this.player = null;
     this.timer = null;
+    this.timing = null;
     this.ended = false;
   }
 
@@ -55,22 +57,39 @@ class Call {
       return;
     }
     const rate = context.sampleRate;
+    this.timing = new TurnTiming(rate, (report) => this.connection.report(report));
     this.connection = new ResumingConnection(location.href, {
       onEvent: (event) => this.onEvent(event),
-      onAudio: (frame) => this.player.push(frame),
+      onAudio: (frame) => {
+        this.timing.received(frame.turnId);
+        this.player.push(frame);
+      },
       onState: (state, text) => this.onState(state, text),
     });
-    this.player = new Player(this.context, (seq) => this.connection.ack(seq));
+    this.player = new Player(
+      this.context,
+      (seq) => this.connection.ack(seq),
+      (turnId, at) => this.heard(turnId, at),
+    );
     await this.connection.open({ input_sample_rate: rate, output_sample_rate: rate });
     if (this.ended) return; // hung up while it connected
     // The microphone opens only now: not a sample of speech is spoken before the session.
-    const mic = await startMic(this.context, (frame) => this.connection.sendAudio(frame));
+    const mic = await startMic(this.context, (frame) => {
+      const end = this.connection.sendAudio(frame);
+      if (end !== null) this.timing.sent(end);
+    });
     this.mic = mic;
     if (this.ended) {
       mic.stop();
       return;
     }
     this.timer = setInterval(() => this.showCounters(), 250);
+  }
+
+  /** A turn's first reply sample was rendered: time the caller's wait, show it, report it. */
+  heard(turnId, contextTime) {
+    const ms = this.timing.played(turnId, playedAt(this.context, contextTime));
+    if (ms !== null) ui.waterfall.heard(turnId, ms);
   }
 
   /** The connection's state, in its own plain words; a call that is over lets go of all. */
@@ -87,6 +106,7 @@ class Call {
         break;
       case "vad.speech_stopped":
         ui.listening.hidden = true;
+        this.timing.speechStopped(event.turn_id, event.audio_ms);
         break;
       case "transcript":
         ui.transcript.caller(event.turn_id, event.text);

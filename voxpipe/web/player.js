@@ -1,5 +1,6 @@
 // Reply playback: frames go to the "voxpipe-playback" worklet, which plays them gap-free
-// and says which have finished; acks tell the server what the caller has heard.
+// and says which have finished (acks tell the server what the caller has heard) and when
+// each turn's first sample was rendered (the page times the caller's wait with it).
 
 // docs/protocol.md: "send one every 100–200 ms while a reply plays".
 const ACK_INTERVAL_MS = 150;
@@ -8,9 +9,12 @@ export class Player {
   /**
    * @param {AudioContext} context
    * @param {(seq: number) => void} ack sends playback.ack for every frame up to seq
+   * @param {(turnId: number, contextTime: number) => void} [started] a turn's first sample
+   *   was rendered at contextTime (s, the AudioContext's clock)
    */
-  constructor(context, ack) {
+  constructor(context, ack, started = null) {
     this.ack = ack;
+    this.started = started;
     this.node = new AudioWorkletNode(context, "voxpipe-playback", {
       numberOfInputs: 0,
       numberOfOutputs: 1,
@@ -40,6 +44,10 @@ export class Player {
   }
 
   onPlayed(report) {
+    if (report.type === "started") {
+      this.started?.(report.turnId, report.at);
+      return;
+    }
     this.stats = report;
     const now = performance.now();
     const due = report.idle || now - this.lastAckAt >= ACK_INTERVAL_MS;

@@ -244,18 +244,26 @@ export class ResumingConnection {
     return started;
   }
 
-  /** One frame of caller audio: sent at once while live, kept for a resend either way. */
+  /** One frame of caller audio: sent at once while live, kept for a resend either way.
+   * Returns where it ends in the call's inbound stream (samples), or null when it is not
+   * part of it. */
   sendAudio(buffer) {
-    if (this.state === "ended" || this.state === "error" || !this.resend) return;
+    if (this.state === "ended" || this.state === "error" || !this.resend) return null;
     // "dropped" (the socket is over its bound) leaves the frame out of the stream for good;
     // "closed" (the line is down) keeps it, to be sent again once the call is resumed.
-    if (this.live && this.connection.sendAudio(buffer) === "dropped") return;
+    if (this.live && this.connection.sendAudio(buffer) === "dropped") return null;
     this.resend.add(buffer);
+    return this.resend.end;
   }
 
   ack(seq) {
     if (this.live) this.connection.ack(seq);
     else this.pendingAck = Math.max(this.pendingAck, seq);
+  }
+
+  /** A measurement for the server (client.turn): sent while live, else let go. */
+  report(event) {
+    if (this.live) this.connection.send(event);
   }
 
   /** Hang up: the server cancels any reply in flight and closes with 1000. */

@@ -1,6 +1,7 @@
 // The latency waterfall: each turn's stages (turn.metrics stages_ms, offsets from the
-// caller's last sample of speech) as horizontal SVG bars on one time axis, and a running
-// p50/p99 of voice-to-voice over the turns of this page.
+// caller's last sample of speech) as horizontal SVG bars on one time axis, the first reply
+// sample heard as this page measured it (timing.js) beside the server's first audio sent, and
+// a running p50/p99 of both over the turns of this page.
 
 const SVG = "http://www.w3.org/2000/svg";
 const MAX_TURNS = 8; // charts kept on the page
@@ -60,12 +61,14 @@ function el(name, attributes, text) {
 const ms = (value) => `${Math.round(value)} ms`;
 
 /** One turn's chart. The axis ends a little after the first audio: the part a caller waits
- * through; the bar of the reply playing runs off its end, labelled with its length. */
-export function turnChart(metrics) {
+ * through; the bar of the reply playing runs off its end, labelled with its length.
+ * `heardMs` is the page's own figure: its end of speech to the first reply sample played. */
+export function turnChart(metrics, heardMs = null) {
   const stages = metrics.stages_ms || {};
   const rows = segments(metrics);
   const v2v = metrics.voice_to_voice_ms;
-  const waited = Math.max(v2v ?? 0, ...rows.filter((r) => r[1] !== "reply").map((r) => r[3]));
+  const bars = rows.filter((r) => r[1] !== "reply").map((r) => r[3]);
+  const waited = Math.max(v2v ?? 0, heardMs ?? 0, ...bars);
   const span = Math.max(250, waited * 1.2);
   const plot = WIDTH - LABEL - 10;
   const x = (t) => LABEL + (Math.min(Math.max(t, 0), span) / span) * plot;
@@ -73,7 +76,8 @@ export function turnChart(metrics) {
   const svg = el("svg", { class: "chart", viewBox: `0 0 ${WIDTH} ${height}`, width: WIDTH, height });
   svg.dataset.turn = String(metrics.turn_id);
 
-  const title = `turn ${metrics.turn_id} · ${metrics.status || ""} · voice-to-voice ${v2v == null ? "–" : ms(v2v)}`;
+  const heard = heardMs == null ? "" : ` · heard ${ms(heardMs)} (this page)`;
+  const title = `turn ${metrics.turn_id} · ${metrics.status || ""} · voice-to-voice ${v2v == null ? "–" : ms(v2v)}${heard}`;
   svg.append(el("text", { x: 0, y: 11, class: "chart-title" }, title));
   rows.forEach(([label, kind, start, end], i) => {
     const y = AXIS + i * ROW;
@@ -93,6 +97,13 @@ export function turnChart(metrics) {
     line.append(el("title", {}, `voice-to-voice: ${ms(v2v)}`));
     svg.append(line);
   }
+  if (heardMs != null) {
+    const at = x(heardMs);
+    const line = el("line", { x1: at, x2: at, y1: AXIS - 4, y2: height, class: "heard" });
+    line.append(el("title", {}, `first reply sample played, measured by this page: ${ms(heardMs)}`));
+    svg.append(line);
+    svg.dataset.heardMs = String(heardMs);
+  }
   if ("filler_sent" in stages) {
     const at = x(stages.filler_sent);
     const line = el("line", { x1: at, x2: at, y1: AXIS - 4, y2: height, class: "filler" });
@@ -107,22 +118,60 @@ export class Waterfall {
     this.charts = chartsElement;
     this.statsElement = statsElement;
     this.samples = [];
+    this.heardSamples = [];
+    this.shown = new Map(); // turn id -> {metrics, heardMs, svg}: the charts on the page
   }
 
+  /** A turn's turn.metrics: its chart, with the page's own figure if it came first. */
   add(metrics) {
-    this.charts.prepend(turnChart(metrics));
+    const earlier = this.shown.get(metrics.turn_id);
+    const turn = { metrics, heardMs: earlier?.heardMs ?? null, svg: null };
+    this.shown.set(metrics.turn_id, turn);
+    this.draw(turn);
     while (this.charts.children.length > MAX_TURNS) this.charts.lastElementChild.remove();
+    for (const [id, shown] of this.shown) {
+      if (shown.svg && !shown.svg.isConnected) this.shown.delete(id);
+    }
     if (typeof metrics.voice_to_voice_ms === "number") {
       this.samples.push(metrics.voice_to_voice_ms);
       if (this.samples.length > MAX_SAMPLES) this.samples.shift();
     }
+    this.showStats();
+  }
+
+  /** The page measured turn `turnId`'s wait (its end of speech to the first sample played);
+   * it may come before that turn's turn.metrics or after. */
+  heard(turnId, heardMs) {
+    const turn = this.shown.get(turnId) ?? { metrics: null, heardMs: null, svg: null };
+    turn.heardMs = heardMs;
+    this.shown.set(turnId, turn);
+    while (this.shown.size > 2 * MAX_TURNS) this.shown.delete(this.shown.keys().next().value);
+    if (turn.metrics) this.draw(turn);
+    this.heardSamples.push(heardMs);
+    if (this.heardSamples.length > MAX_SAMPLES) this.heardSamples.shift();
+    this.showStats();
+  }
+
+  draw(turn) {
+    const svg = turnChart(turn.metrics, turn.heardMs);
+    if (turn.svg?.isConnected) turn.svg.replaceWith(svg);
+    else this.charts.prepend(svg);
+    turn.svg = svg;
+  }
+
+  showStats() {
     const p50 = percentile(this.samples, 50);
     const p99 = percentile(this.samples, 99);
+    const h50 = percentile(this.heardSamples, 50);
+    const h99 = percentile(this.heardSamples, 99);
+    const heard = h50 == null ? "" : ` · heard here p50 ${ms(h50)} · p99 ${ms(h99)}`;
     this.statsElement.textContent =
       p50 == null
         ? "voice-to-voice: no reply yet"
-        : `voice-to-voice p50 ${ms(p50)} · p99 ${ms(p99)} · ${this.samples.length} turns`;
+        : `voice-to-voice p50 ${ms(p50)} · p99 ${ms(p99)} · ${this.samples.length} turns${heard}`;
     this.statsElement.dataset.p50 = p50 == null ? "" : String(p50);
     this.statsElement.dataset.p99 = p99 == null ? "" : String(p99);
+    this.statsElement.dataset.heardP50 = h50 == null ? "" : String(h50);
+    this.statsElement.dataset.heardP99 = h99 == null ? "" : String(h99);
   }
 }

@@ -4,7 +4,8 @@
 // resamples any rate 8000..48000 Hz itself, with a better filter than a browser loop could).
 // "playback" plays reply frames back to back from a bounded queue, drops it all at once on
 // clear (barge-in), and reports each frame's seq as its last sample is played, so the page
-// can tell the server exactly what the caller heard.
+// can tell the server exactly what the caller heard; and when each turn's first sample is
+// rendered (its context time), so the page can time what the caller waited.
 
 class CaptureProcessor extends AudioWorkletProcessor {
   constructor(options) {
@@ -50,6 +51,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.stats = { played: 0, lastSeq: 0, underruns: 0, dropped: 0, cleared: 0 };
     this.starved = false; // the queue ran dry in the middle of a reply
     this.lastTurn = 0;
+    this.startedTurn = 0; // the last turn whose first sample was rendered
     this.port.onmessage = (event) => this.onMessage(event.data);
   }
 
@@ -86,6 +88,11 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     let finished = false;
     while (i < mono.length && this.queue.length > 0) {
       const frame = this.queue[0];
+      if (frame.offset === 0 && frame.turnId !== this.startedTurn) {
+        this.startedTurn = frame.turnId;
+        const at = currentTime + i / sampleRate;
+        this.port.postMessage({ type: "started", turnId: frame.turnId, seq: frame.seq, at });
+      }
       const n = Math.min(mono.length - i, frame.samples.length - frame.offset);
       mono.set(frame.samples.subarray(frame.offset, frame.offset + n), i);
       i += n;

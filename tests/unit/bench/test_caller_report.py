@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.caller_report import caller_summary, render_markdown, stage_table, summarize_all
+from bench.caller_report import (
+    caller_summary,
+    render_markdown,
+    split_table,
+    stage_table,
+    summarize_all,
+)
 from bench.caller_turns import AFTER_FILLER, ANSWERED, BEFORE_AUDIO, FAILED, INTERRUPTED
 
 
@@ -89,3 +95,23 @@ def test_the_markdown_has_a_row_per_transport_and_stage() -> None:
     text = render_markdown(summary, "header", 500)
     assert "twilio: the filler was told from the answer by count (41 frames" in text
     assert "agrees on 2 of 2" in text
+
+
+def test_the_split_table_spreads_each_part_over_the_turns_that_know_it() -> None:
+    def with_split(**parts: float | None) -> dict[str, Any]:
+        r = row()
+        r["server"]["split_ms"] = parts
+        return r
+
+    rows = [
+        with_split(transport=None, inference=600.0, application=500.0, playback=40.0),
+        with_split(transport=None, inference=700.0, application=300.0, playback=60.0),
+        with_split(transport=12.0, inference=800.0, application=400.0, playback=None),
+        row(),  # a turn with no reply audio: no split
+    ]
+    table = split_table(rows)
+    assert list(table) == ["transport", "inference", "application", "playback"]
+    assert (table["transport"]["n"], table["inference"]["n"], table["playback"]["n"]) == (1, 3, 2)
+    assert table["inference"]["p50"] == 700.0
+    text = render_markdown(summarize_all(rows, ["twilio"], 500), "header", 500)
+    assert "| twilio | inference | 3 | 700 |" in text and "| twilio | transport | 1 | 12 |" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from voxpipe.conversation.playback import PlaybackTracker
 
 RATE = 16000
@@ -73,3 +75,14 @@ def test_an_ack_of_a_frame_not_sent_by_this_reply_is_refused() -> None:
     assert not tracker.ack(0)
     assert tracker.heard_samples(40 * MS) == 640  # still the estimate
     assert not PlaybackTracker(RATE).ack(1)
+
+
+def test_the_first_ack_dates_the_start_of_playback() -> None:
+    tracker = tracker_with([("one two three four", 1600)], frames=5)
+    assert tracker.started_playing_ns() is None
+    before = time.monotonic_ns()
+    assert tracker.ack(3)  # three 20 ms frames played by now: the first began 60 ms ago
+    after = time.monotonic_ns()
+    started = tracker.started_playing_ns()
+    assert started is not None and before - 60 * MS <= started <= after - 60 * MS
+    assert tracker.ack(5) and tracker.started_playing_ns() == started  # the first ack says

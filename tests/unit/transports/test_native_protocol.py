@@ -104,7 +104,7 @@ async def test_a_malformed_event_gets_a_typed_error_and_the_connection_goes_on(
     assert sent_code == code and sent_message.startswith(message), sent_message
 
 
-@pytest.mark.parametrize("kind", ["session.update", "playback.ack", "history.get"])
+@pytest.mark.parametrize("kind", ["session.update", "playback.ack", "history.get", "client.turn"])
 async def test_a_session_event_before_session_start_is_refused(kind: str) -> None:
     wire = Wire(started=False)
     assert not await wire.handle({"type": kind, "seq": 1})
