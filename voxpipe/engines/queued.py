@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -21,8 +21,10 @@ from voxpipe.engines.base import (
     ChatMessage,
     Engines,
     LlmEngine,
+    LlmOutput,
     LlmUsage,
     SttEngine,
+    ToolSpec,
     Transcription,
     TtsEngine,
     VadEngine,
@@ -92,6 +94,7 @@ class QueuedStt(Queued[SttEngine]):
 
 
 class QueuedLlm(Queued[LlmEngine]):
+    @overload
     def stream(
         self,
         session_id: str,
@@ -100,12 +103,42 @@ class QueuedLlm(Queued[LlmEngine]):
         usage: LlmUsage,
         clock: JobClock | None = None,
         gate: threading.Event | None = None,
-    ) -> AsyncGenerator[str, None]:
-        """The reply's text deltas as the LLM's thread makes them; while ``gate`` is clear
-        the thread holds before its next token (:meth:`EngineRunner.stream`)."""
+        *,
+        tools: None = None,
+    ) -> AsyncGenerator[str, None]: ...
+
+    @overload
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        clock: JobClock | None = None,
+        gate: threading.Event | None = None,
+        *,
+        tools: Sequence[ToolSpec] | None,
+    ) -> AsyncGenerator[LlmOutput, None]: ...
+
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        clock: JobClock | None = None,
+        gate: threading.Event | None = None,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> AsyncGenerator[LlmOutput, None]:
+        """The reply's text deltas (and, with ``tools``, its tool calls) as the LLM's thread
+        makes them; while ``gate`` is clear the thread holds before its next token
+        (:meth:`EngineRunner.stream`)."""
         engine = self.engine
         return self.runner.stream(
-            lambda: engine.stream(session_id, messages, cancel, usage), clock, gate=gate
+            lambda: engine.stream(session_id, messages, cancel, usage, tools=tools),
+            clock,
+            gate=gate,
         )
 
     async def prefill(
@@ -114,9 +147,13 @@ class QueuedLlm(Queued[LlmEngine]):
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         clock: JobClock | None = None,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
         engine = self.engine
-        return await self.runner.call(lambda: engine.prefill(session_id, messages, cancel), clock)
+        return await self.runner.call(
+            lambda: engine.prefill(session_id, messages, cancel, tools=tools), clock
+        )
 
     def forget(self, session_id: str) -> None:
         """Drop the state kept for ``session_id`` (no model runs: not queued)."""
