@@ -41,6 +41,12 @@ def cmd_stt(args: argparse.Namespace) -> int:
     return stt_main(args)
 
 
+def cmd_tool_calls(args: argparse.Namespace) -> int:
+    from bench.tool_calls import main as tool_calls_main
+
+    return tool_calls_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stt.add_argument("--out", type=Path, default=Path("bench-results/stt.json"))
     stt.set_defaults(func=cmd_stt)
+
+    tool_calls = sub.add_parser(
+        "tool-calls",
+        help="the embedded model's tool calls from typed requests: selection precision and "
+        "recall, exact arguments, and time to first token with and without tools",
+    )
+    tool_calls.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    tool_calls.add_argument(
+        "--variants", nargs="*", help="run only variants whose name contains one of these"
+    )
+    tool_calls.add_argument("--no-ttft", dest="ttft", action="store_false")
+    tool_calls.add_argument("--out", type=Path, default=Path("bench-results/tool-calls.json"))
+    tool_calls.set_defaults(func=cmd_tool_calls)
     return parser
 
 

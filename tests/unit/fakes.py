@@ -14,7 +14,15 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from voxpipe.config import Config
-from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage, Transcription
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    Engines,
+    LlmOutput,
+    LlmUsage,
+    ToolSpec,
+    Transcription,
+)
 
 
 class FakeVadStream:
@@ -86,7 +94,7 @@ class FakeLlm:
 
     def __init__(
         self,
-        *replies: list[str],
+        *replies: Sequence[LlmOutput],
         delay_s: float = 0.0,
         summary: Sequence[str] = ("The caller", " said hello."),
         summary_delay_s: float = 0.0,
@@ -96,6 +104,7 @@ class FakeLlm:
         self.summary = list(summary)
         self.summary_delay_s = summary_delay_s
         self.calls: list[list[ChatMessage]] = []  # reply requests
+        self.tools: list[list[ToolSpec]] = []  # the tools offered, per request
         self.yielded: list[int] = []  # deltas yielded, per reply request
         self.summary_calls: list[list[ChatMessage]] = []
         self.summary_yielded: list[int] = []
@@ -110,8 +119,12 @@ class FakeLlm:
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
         trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[str]:
+    ) -> Iterator[LlmOutput]:
+        """A scripted reply may hold tool calls too (any :data:`LlmOutput` item)."""
+        self.tools.append(list(tools or ()))
         self.trace_headers.append(dict(trace_headers or {}))
         if session_id.endswith("#summary"):
             self.summary_calls.append(list(messages))
@@ -138,7 +151,12 @@ class FakeLlm:
             self.running -= 1
 
     def prefill(
-        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
         self.prefills.append((session_id, list(messages)))
         tokens = 0 if cancel.cancelled else _words(messages)

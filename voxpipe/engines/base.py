@@ -9,10 +9,13 @@ the reading of its output.
 
 from __future__ import annotations
 
+import json
+import re
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 
 import numpy as np
 
@@ -89,13 +92,128 @@ class SttEngine(Protocol):
     def warmup(self) -> None: ...
 
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant"]  # what a client may write into a conversation
+MessageRole = Literal["system", "user", "assistant", "tool"]
+
+# A tool's name as OpenAI accepts it (and as a llama.cpp grammar literal needs no escaping).
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def new_call_id() -> str:
+    """An id for a tool call the embedded model made (remote servers send their own)."""
+    return f"call_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as an LLM sees it: a name, what it is for, and its parameters' JSON schema
+    (an ``object`` schema). Every engine renders it in its own way; :meth:`openai` is the
+    shared form (the OpenAI ``tools`` entry, which Qwen's chat template also prints)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r} must match {TOOL_NAME.pattern}")
+        if self.parameters.get("type", "object") != "object":
+            raise ValueError(f"tool {self.name!r}: parameters must be an object schema")
+
+    def missing_arguments(self, arguments: Mapping[str, Any]) -> list[str]:
+        """The schema's required properties that ``arguments`` lacks."""
+        return [name for name in self.parameters.get("required", ()) if name not in arguments]
+
+    def openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """A complete tool call the model made: what the agent runs, and what the history keeps
+    (on the assistant message) so the model sees its own call on the next generation.
+
+    ``arguments_json`` is the arguments as the model wrote them (what a Realtime client
+    gets in ``function_call_arguments.done``). ``error`` is set when the call cannot be run
+    as it stands (arguments that are not a JSON object, an unknown tool, output cut off):
+    the agent answers it with that error instead of running anything.
+    """
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    arguments_json: str
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": dict(self.arguments),
+            "arguments_json": self.arguments_json,
+        }
+        return {**data, "error": self.error} if self.error else data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCallRequest:
+        return cls(
+            str(data["call_id"]),
+            str(data["name"]),
+            dict(data.get("arguments") or {}),
+            str(data.get("arguments_json") or json.dumps(data.get("arguments") or {})),
+            str(data.get("error") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a tool call's arguments as the model writes them, for a client that shows
+    them as they come (Realtime ``response.function_call_arguments.delta``). Optional: the
+    :class:`ToolCallRequest` that follows a call's deltas is what counts, and the deltas of
+    one call join to its ``arguments_json``."""
+
+    call_id: str
+    name: str
+    arguments_delta: str
+
+
+LlmOutput = str | ToolCallDelta | ToolCallRequest  # what a stream with tools yields
 
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: Role
+    """One message of the conversation. An assistant message may carry the tool calls it
+    made (``tool_calls``, its ``content`` then often empty); a ``tool`` message is one
+    call's result, tied to it by ``tool_call_id``."""
+
+    role: MessageRole
     content: str
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_call_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe form (what a store keeps); :meth:`from_dict` reads it back."""
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id:
+            data["tool_call_id"] = self.tool_call_id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
+        calls = tuple(ToolCallRequest.from_dict(c) for c in data.get("tool_calls") or ())
+        return cls(data["role"], str(data.get("content") or ""), calls,
+                   str(data.get("tool_call_id") or ""))  # fmt: skip
 
 
 @dataclass
@@ -114,23 +232,60 @@ class LlmUsage:
 class LlmEngine(Protocol):
     name: str
 
+    @overload
     def stream(
         self,
         session_id: str,
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        *,
+        tools: None = None,
         trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[str]:
+    ) -> Iterator[str]: ...
+
+    @overload
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        tools: Sequence[ToolSpec] | None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[LlmOutput]: ...
+
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[LlmOutput]:
         """Yield text deltas of the assistant reply; stop early once ``cancel`` is set.
+
+        With ``tools`` the model may call one instead of answering: the stream then yields
+        :class:`ToolCallDelta` pieces (where the engine can) and one :class:`ToolCallRequest`
+        per call. Without tools it yields ``str`` only, exactly as it always has.
         ``trace_headers`` (W3C ``traceparent``) make a remote request part of the turn's
-        trace; an engine in this process ignores them."""
+        trace; an engine in this process ignores them.
+        """
         ...
 
     def prefill(
-        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
-        """Evaluate ``messages`` ahead of time so the next request only adds its own tokens."""
+        """Evaluate ``messages`` ahead of time so the next request only adds its own tokens
+        (with the ``tools`` that request will offer: they are part of its prompt)."""
         ...
 
     def forget(self, session_id: str) -> None:

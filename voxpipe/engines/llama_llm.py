@@ -10,6 +10,14 @@ when it speaks again.
 
 Prompts use ChatML (Qwen's format). Template markers are tokenized as special
 tokens; message text never is, so a caller cannot inject ``<|im_start|>``.
+
+With tools, the prompt and the calls follow Qwen's tool template (``qwen_tools.py``).
+Whether to call is decided on the first token, from the probability the model gives to a
+call-like start (``<tool_call>``, or the ``{``/fenced JSON this small model prefers):
+at or above ``tool_threshold`` the engine writes ``<tool_call>`` itself and the rest is
+sampled under the tools' grammar; below it those starts are masked and the answer
+streams exactly as a plain one does. So a reply is either text or one valid call, and
+a plain answer pays no grammar.
 """
 
 from __future__ import annotations
@@ -21,10 +29,20 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
-from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, LlmUsage
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    LlmOutput,
+    LlmUsage,
+    ToolSpec,
+)
+from voxpipe.engines.llama_tools import LlamaToolCalls
+from voxpipe.engines.qwen_tools import call_body, system_with_tools, tool_response
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,10 @@ class LlamaLlm:
         state_cache_bytes: int = 256 << 20,
         warmup_system_prompt: str = "You are a helpful assistant.",
         name: str | None = None,
+        tool_threshold: float = 0.5,
+        tool_temperature: float = 0.0,
+        max_tool_tokens: int = 256,
+        warmup_tools: Sequence[ToolSpec] = (),
     ) -> None:
         from llama_cpp import Llama
 
@@ -118,6 +140,7 @@ class LlamaLlm:
         self.top_p = top_p
         self.seed = seed
         self._warmup_system_prompt = warmup_system_prompt
+        self._warmup_tools = tuple(warmup_tools)
         self.states = StateCache(state_cache_bytes)
         self._owner: str | None = None
         self._lock = threading.Lock()  # the context: one request at a time
@@ -126,29 +149,68 @@ class LlamaLlm:
         self._im_end = self._special("<|im_end|>")
         self._newline = self._llm.tokenize(b"\n", add_bos=False, special=False)
         self._header = [*self._im_start, *self._llm.tokenize(b"assistant\n", add_bos=False)]
+        self._tools = LlamaToolCalls(
+            self._llm, tool_threshold, tool_temperature, top_p, max_tool_tokens
+        )
 
     # -- prompt -------------------------------------------------------------
 
     def _special(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode(), add_bos=False, special=True)
 
+    def _text(self, text: str) -> list[int]:
+        return self._llm.tokenize(text.encode(), add_bos=False, special=False)
+
     def _message_tokens(self, message: ChatMessage) -> list[int]:
-        body = self._llm.tokenize(
-            f"{message.role}\n{message.content}".encode(), add_bos=False, special=False
-        )
+        if message.tool_calls:  # as the template writes an assistant turn that called
+            content = f"\n{message.content}" if message.content else ""
+            body = self._text(f"assistant{content}")
+            for call in message.tool_calls:
+                body += [*self._newline, self._tools.call_open, *self._text(call_body(call))]
+                body.append(self._tools.call_close)
+        else:
+            body = self._text(f"{message.role}\n{message.content}")
         return [*self._im_start, *body, *self._im_end, *self._newline]
 
+    def _results_tokens(self, results: Sequence[ChatMessage]) -> list[int]:
+        """Consecutive tool results: one user turn, as the template writes them."""
+        body = self._text("user" + "".join(tool_response(m.content) for m in results))
+        return [*self._im_start, *body, *self._im_end, *self._newline]
+
+    def _pieces(self, messages: Sequence[ChatMessage]) -> list[list[int]]:
+        """One token list per turn (a run of tool results is one turn), oldest first."""
+        pieces: list[list[int]] = []
+        results: list[ChatMessage] = []
+        for message in messages:
+            if message.role == "tool":
+                results.append(message)
+                continue
+            if results:
+                pieces.append(self._results_tokens(results))
+                results = []
+            pieces.append(self._message_tokens(message))
+        if results:
+            pieces.append(self._results_tokens(results))
+        return pieces
+
     def prompt_tokens(
-        self, messages: Sequence[ChatMessage], add_header: bool = True
+        self,
+        messages: Sequence[ChatMessage],
+        add_header: bool = True,
+        tools: Sequence[ToolSpec] = (),
     ) -> tuple[list[int], int]:
         """ChatML tokens for ``messages`` plus the assistant header; drops the oldest turns
         (never the system prompt) when the prompt and a full reply would overflow the context.
-        Returns the tokens and the number of messages dropped."""
+        Returns the tokens and the number of messages dropped. ``tools`` go in the first
+        system message, as Qwen's template puts them."""
         header = self._header if add_header else []
         system = [m for m in messages if m.role == "system"]
         rest = [m for m in messages if m.role != "system"]
+        if tools:
+            first = system[0].content if system else None
+            system = [ChatMessage("system", system_with_tools(first, tools)), *system[1:]]
         head = [t for m in system for t in self._message_tokens(m)]
-        pieces = [self._message_tokens(m) for m in rest]
+        pieces = self._pieces(rest)
         budget = self.n_ctx - self.max_tokens - len(head) - len(header)
         dropped = 0
         while pieces and sum(map(len, pieces)) > budget:
@@ -242,15 +304,44 @@ class LlamaLlm:
         return not cancel.cancelled
 
     def prefill(
-        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
         """Evaluate the prompt of ``messages`` now, so the next turn only adds its own tokens."""
         usage = LlmUsage()
         with self._lock:
             usage.state_restored = self._take_context(session_id)
-            tokens, _ = self.prompt_tokens(messages, add_header=False)
+            tokens, _ = self.prompt_tokens(messages, add_header=False, tools=tools or ())
             self._prefill(tokens, 0, cancel, usage)
         return usage
+
+    @overload
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        tools: None = None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[str]: ...
+
+    @overload
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        tools: Sequence[ToolSpec] | None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[LlmOutput]: ...
 
     def stream(
         self,
@@ -258,7 +349,20 @@ class LlamaLlm:
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
-        trace_headers: Mapping[str, str] | None = None,  # nothing remote to tell
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[LlmOutput]:
+        if tools:
+            return self._stream_tools(session_id, messages, cancel, usage, tuple(tools))
+        return self._stream_text(session_id, messages, cancel, usage)
+
+    def _stream_text(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
     ) -> Iterator[str]:
         with self._lock:
             usage.state_restored = self._take_context(session_id)
@@ -268,35 +372,71 @@ class LlamaLlm:
                 usage.finish_reason = "cancelled"
                 return
             self._llm.set_seed(self.seed)
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            gen = self._llm.generate(
-                tokens,
-                temp=self.temperature,
-                top_p=self.top_p,
-                top_k=40,
-                repeat_penalty=1.1,
-                reset=True,
-            )
-            usage.finish_reason = "length"
-            try:
-                for token in gen:
-                    if cancel.cancelled:
-                        usage.finish_reason = "cancelled"
-                        break
-                    if self._llm_cpp.llama_vocab_is_eog(self._llm._model.vocab, token):
-                        usage.finish_reason = "stop"
-                        break
-                    usage.completion_tokens += 1
-                    text = decoder.decode(self._llm.detokenize([token]))
-                    if text:
-                        yield text
-                    if usage.completion_tokens >= self.max_tokens:
-                        break
-            finally:
-                gen.close()
-            tail = decoder.decode(b"", final=True)
-            if tail and usage.finish_reason != "cancelled":
-                yield tail
+            yield from self._generate_text(tokens, cancel, usage)
+
+    def _generate_text(
+        self, tokens: list[int], cancel: CancelToken, usage: LlmUsage, stop: int | None = None
+    ) -> Iterator[str]:
+        """Sample the reply after ``tokens`` (prefilled), as text deltas; ``stop`` ends it
+        like an end-of-turn token."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        gen = self._llm.generate(
+            tokens,
+            temp=self.temperature,
+            top_p=self.top_p,
+            top_k=40,
+            repeat_penalty=1.1,
+            reset=True,
+        )
+        usage.finish_reason = "length"
+        try:
+            for token in gen:
+                if cancel.cancelled:
+                    usage.finish_reason = "cancelled"
+                    break
+                if self._llm_cpp.llama_vocab_is_eog(self._llm._model.vocab, token) or token == stop:
+                    usage.finish_reason = "stop"
+                    break
+                usage.completion_tokens += 1
+                text = decoder.decode(self._llm.detokenize([token]))
+                if text:
+                    yield text
+                if usage.completion_tokens >= self.max_tokens:
+                    break
+        finally:
+            gen.close()
+        tail = decoder.decode(b"", final=True)
+        if tail and usage.finish_reason != "cancelled":
+            yield tail
+
+    # -- tool calls -----------------------------------------------------------
+
+    def _stream_tools(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        tools: tuple[ToolSpec, ...],
+    ) -> Iterator[LlmOutput]:
+        with self._lock:
+            usage.state_restored = self._take_context(session_id)
+            tokens, dropped = self.prompt_tokens(messages, tools=tools)
+            usage.extra["dropped_messages"] = dropped
+            if not self._prefill(tokens, 1, cancel, usage):
+                usage.finish_reason = "cancelled"
+                return
+            self._llm.eval(tokens[-1:])  # the first token's logits, to decide on
+            if cancel.cancelled:
+                usage.finish_reason = "cancelled"
+                return
+            self._llm.set_seed(self.seed)
+            usage.extra["tool_call_p"] = p_call = self._tools.call_probability()
+            if p_call >= self._tools.threshold:
+                yield from self._tools.generate_call(tokens, tools, cancel, usage)
+                return
+            self._tools.mask_call_starts()
+            yield from self._generate_text(tokens, cancel, usage, stop=self._tools.call_open)
 
     def warmup(self) -> None:
         """Run what a call runs, so the first call is a steady-state one: the chat template
@@ -307,9 +447,11 @@ class LlamaLlm:
         KV in the context, where every new call's prompt starts."""
         system = ChatMessage("system", self._warmup_system_prompt)
         first = [system, ChatMessage("user", WARMUP_SENTENCE)]
+        tools = self._warmup_tools or None  # the agent's: its calls start from this prompt
 
         def reply(session_id: str, messages: list[ChatMessage]) -> str:
-            return "".join(self.stream(session_id, messages, CancelToken(), LlmUsage()))
+            deltas = self.stream(session_id, messages, CancelToken(), LlmUsage(), tools=tools)
+            return "".join(d for d in deltas if isinstance(d, str))
 
         answer = reply("__warmup__", first)
         reply("__warmup_other__", [system, ChatMessage("user", "Hello.")])  # saves __warmup__

@@ -23,12 +23,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import httpx
 
 from voxpipe.config import LlmConfig, RemoteLlmConfig
-from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, LlmUsage
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    LlmOutput,
+    LlmUsage,
+    ToolSpec,
+)
+from voxpipe.engines.openai_tools import ToolCallAssembler, openai_message
 
 RETRY_STATUSES = frozenset({429, 502, 503})
 MAX_RETRY_WAIT_S = 1.0  # a voice turn cannot wait long for a busy server
@@ -76,7 +84,7 @@ class OpenAiCompatibleLlm:
         return {
             **self.remote.extra_body,
             "model": self.remote.model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [openai_message(m) for m in messages],
             "user": session_id,
             **self.sampling,
             **fields,
@@ -131,14 +139,51 @@ class OpenAiCompatibleLlm:
         if self._on_refusal is not None:
             self._on_refusal(reason)
 
+    @overload
     def stream(
         self,
         session_id: str,
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        *,
+        tools: None = None,
         trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[str]:
+    ) -> Iterator[str]: ...
+
+    @overload
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        tools: Sequence[ToolSpec] | None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[LlmOutput]: ...
+
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> Iterator[LlmOutput]:
+        return self._stream(session_id, messages, cancel, usage, tuple(tools or ()), trace_headers)
+
+    def _stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        tools: tuple[ToolSpec, ...],
+        trace_headers: Mapping[str, str] | None,
+    ) -> Iterator[LlmOutput]:
         started = time.monotonic()
         body = self._body(
             session_id,
@@ -146,6 +191,7 @@ class OpenAiCompatibleLlm:
             max_tokens=self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
+            **_offered(tools),
         )
         response = self._open(body, session_id, cancel, usage, trace_headers)
         if response is None:
@@ -153,6 +199,7 @@ class OpenAiCompatibleLlm:
             return
         unregister = cancel.on_cancel(response.close)  # ends a blocked read at once
         deltas = 0
+        calls = ToolCallAssembler()
         try:
             for line in response.iter_lines():
                 if cancel.cancelled:
@@ -166,12 +213,14 @@ class OpenAiCompatibleLlm:
                 _read_usage(chunk.get("usage"), usage)
                 for choice in chunk.get("choices") or []:
                     usage.finish_reason = choice.get("finish_reason") or usage.finish_reason
-                    text = (choice.get("delta") or {}).get("content")
-                    if text:
+                    delta = choice.get("delta") or {}
+                    text = delta.get("content")
+                    pieces = calls.push(delta.get("tool_calls") or []) if tools else []
+                    for item in [text, *pieces] if text else pieces:
                         if deltas == 0:
                             usage.extra["ttft_s"] = time.monotonic() - started
                         deltas += 1
-                        yield text
+                        yield item
         except (httpx.HTTPError, httpx.StreamError, ValueError) as exc:
             if not cancel.cancelled:
                 what = (
@@ -184,15 +233,24 @@ class OpenAiCompatibleLlm:
         if cancel.cancelled:
             usage.finish_reason = "cancelled"
         usage.completion_tokens = usage.completion_tokens or deltas
+        if calls and not cancel.cancelled:
+            yield from calls.calls(tools)
 
     def prefill(
-        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
         """A one-token request: the server evaluates (and caches) the prompt's prefix."""
         usage = LlmUsage()
         if not self.remote.prefill:
             return usage
-        body = self._body(session_id, messages, max_tokens=1, stream=False)
+        body = self._body(
+            session_id, messages, max_tokens=1, stream=False, **_offered(tuple(tools or ()))
+        )
         response = self._open(body, session_id, cancel, usage)
         if response is None:
             return usage
@@ -216,6 +274,13 @@ class OpenAiCompatibleLlm:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _offered(tools: tuple[ToolSpec, ...]) -> dict[str, Any]:
+    """The request fields that offer ``tools`` (none without any: the request as before)."""
+    if not tools:
+        return {}
+    return {"tools": [tool.openai() for tool in tools], "tool_choice": "auto"}
 
 
 def _read_usage(reported: dict[str, Any] | None, usage: LlmUsage) -> None:

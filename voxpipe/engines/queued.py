@@ -13,7 +13,7 @@ import contextvars
 import threading
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -22,8 +22,10 @@ from voxpipe.engines.base import (
     ChatMessage,
     Engines,
     LlmEngine,
+    LlmOutput,
     LlmUsage,
     SttEngine,
+    ToolSpec,
     Transcription,
     TtsEngine,
     VadEngine,
@@ -95,6 +97,7 @@ class QueuedStt(Queued[SttEngine]):
 
 
 class QueuedLlm(Queued[LlmEngine]):
+    @overload
     def stream(
         self,
         session_id: str,
@@ -103,14 +106,46 @@ class QueuedLlm(Queued[LlmEngine]):
         usage: LlmUsage,
         clock: JobClock | None = None,
         gate: threading.Event | None = None,
+        *,
+        tools: None = None,
         trace_headers: Mapping[str, str] | None = None,
-    ) -> AsyncGenerator[str, None]:
-        """The reply's text deltas as the LLM's thread makes them; while ``gate`` is clear
-        the thread holds before its next token (:meth:`EngineRunner.stream`).
-        ``trace_headers`` go to the engine (a remote one sends them)."""
+    ) -> AsyncGenerator[str, None]: ...
+
+    @overload
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        clock: JobClock | None = None,
+        gate: threading.Event | None = None,
+        *,
+        tools: Sequence[ToolSpec] | None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> AsyncGenerator[LlmOutput, None]: ...
+
+    def stream(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        clock: JobClock | None = None,
+        gate: threading.Event | None = None,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> AsyncGenerator[LlmOutput, None]:
+        """The reply's text deltas (and, with ``tools``, its tool calls) as the LLM's thread
+        makes them; while ``gate`` is clear the thread holds before its next token
+        (:meth:`EngineRunner.stream`). ``trace_headers`` go to the engine (a remote one sends
+        them)."""
         engine = self.engine
         return self.runner.stream(
-            lambda: engine.stream(session_id, messages, cancel, usage, trace_headers=trace_headers),
+            lambda: engine.stream(
+                session_id, messages, cancel, usage, tools=tools, trace_headers=trace_headers
+            ),
             clock,
             gate=gate,
         )
@@ -121,9 +156,13 @@ class QueuedLlm(Queued[LlmEngine]):
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         clock: JobClock | None = None,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
         engine = self.engine
-        return await self.runner.call(lambda: engine.prefill(session_id, messages, cancel), clock)
+        return await self.runner.call(
+            lambda: engine.prefill(session_id, messages, cancel, tools=tools), clock
+        )
 
     def forget(self, session_id: str) -> None:
         """Drop the state kept for ``session_id`` (no model runs: not queued)."""

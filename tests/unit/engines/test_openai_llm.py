@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
+from tests.unit.engines.test_openai_tools import BOOK, HOURS, chunk, fragment
 from voxpipe.config import LlmConfig, RemoteLlmConfig
-from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, LlmUsage
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    LlmUsage,
+    ToolCallDelta,
+    ToolCallRequest,
+)
 from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
 
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello?")]
@@ -89,6 +97,11 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 for text in arg:
                     self._delta(text)
                 self._event({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+            elif kind == "chunks":  # raw chunk payloads, e.g. tool-call deltas
+                for payload in arg:
+                    self._event(payload)
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
             elif kind == "die_after":
@@ -262,3 +275,67 @@ def test_an_unreachable_server_is_reported_as_a_refusal() -> None:
     with pytest.raises(EngineError, match="unreachable"):
         llm.warmup()
     assert refused == ["unreachable"]
+
+
+def test_tools_are_offered_and_streamed_calls_come_back(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.steps = [
+        (
+            "chunks",
+            [
+                {"choices": [{"delta": {"role": "assistant", "content": None}}]},
+                chunk(fragment(0, "", "call_x", "book_table")),
+                chunk(fragment(0, '{"name": "Smith",')),
+                chunk(fragment(0, ' "party_size": 2}')),
+                {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+                {"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 9}},
+            ],
+        )
+    ]
+    call = ToolCallRequest("call_0", "opening_hours", {}, "{}")
+    history = [
+        *MESSAGES,
+        ChatMessage("assistant", "", (call,)),
+        ChatMessage("tool", '"12:00-22:00"', tool_call_id="call_0"),
+        ChatMessage("user", "Book for two, Smith."),
+    ]
+    usage = LlmUsage()
+    items = list(engine(url).stream("s", history, CancelToken(), usage, tools=[BOOK, HOURS]))
+    body = script.seen[0].body
+    assert body["tools"] == [BOOK.openai(), HOURS.openai()] and body["tool_choice"] == "auto"
+    assert body["messages"][2]["tool_calls"][0]["id"] == "call_0"
+    assert body["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_0",
+        "content": '"12:00-22:00"',
+    }
+    assert [i for i in items if isinstance(i, ToolCallDelta)] == [
+        ToolCallDelta("call_x", "book_table", '{"name": "Smith",'),
+        ToolCallDelta("call_x", "book_table", ' "party_size": 2}'),
+    ]
+    assert items[-1] == ToolCallRequest(
+        "call_x", "book_table", {"name": "Smith", "party_size": 2},
+        '{"name": "Smith", "party_size": 2}',
+    )  # fmt: skip
+    assert usage.finish_reason == "tool_calls" and "ttft_s" in usage.extra
+
+
+def test_without_tools_the_request_and_the_stream_are_as_before(
+    server: tuple[str, Script],
+) -> None:
+    url, script = server
+    script.steps = [("chunks", [chunk(fragment(0, "{}", "c", "x")), {"choices": [
+        {"delta": {"content": "Hi"}, "finish_reason": "stop"}]}])]  # fmt: skip
+    assert list(engine(url).stream("s", MESSAGES, CancelToken(), LlmUsage())) == ["Hi"]
+    assert "tools" not in script.seen[0].body and "tool_choice" not in script.seen[0].body
+    assert json.dumps(script.seen[0].body["messages"]) == json.dumps(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello?"}]
+    )
+
+
+def test_prefill_offers_the_tools_the_next_request_will(server: tuple[str, Script]) -> None:
+    url, script = server
+    engine(url).prefill("s", MESSAGES, CancelToken(), tools=[BOOK])
+    engine(url).prefill("s", MESSAGES, CancelToken())
+    assert script.seen[0].body["tools"] == [BOOK.openai()]
+    assert "tools" not in script.seen[1].body

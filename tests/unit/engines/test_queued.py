@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    Engines,
+    LlmUsage,
+    ToolCallDelta,
+    ToolCallRequest,
+    ToolSpec,
+)
 from voxpipe.engines.queued import QueuedEngines, Runners
 from voxpipe.engines.runner import EngineRunner, JobClock
 
@@ -80,3 +88,21 @@ async def test_idle_and_forget_do_not_queue(queued: tuple[QueuedEngines, Jobs]) 
     assert isinstance(engines.llm.engine, FakeLlm) and engines.llm.engine.forgotten == ["s"]
     assert engines.tts.sample_rate == 16000 and engines.vad.window_samples == 512
     assert jobs.engines == []
+
+
+async def test_tools_pass_through_to_the_engine_and_calls_come_back(
+    queued: tuple[QueuedEngines, Jobs],
+) -> None:
+    engines, _ = queued
+    call = ToolCallRequest("call_1", "opening_hours", {}, "{}")
+    assert isinstance(engines.llm.engine, FakeLlm)
+    engines.llm.engine.replies = [[ToolCallDelta("call_1", "opening_hours", "{}"), call]]
+    tools = [ToolSpec("opening_hours", "When the restaurant is open.")]
+    items = engines.llm.stream("s", [ChatMessage("user", "open?")], CancelToken(), LlmUsage(),
+                               tools=tools)  # fmt: skip
+    async with contextlib.aclosing(items):
+        assert [i async for i in items][-1] == call
+    plain = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage())
+    async with contextlib.aclosing(plain):
+        assert [d async for d in plain]
+    assert engines.llm.engine.tools == [tools, []]

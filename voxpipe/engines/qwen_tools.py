@@ -1,0 +1,207 @@
+"""Tool calls in Qwen2.5's own format, as the model's GGUF chat template writes them.
+
+The template (``tokenizer.chat_template`` in the GGUF) appends a ``# Tools`` block with one
+JSON line per tool to the first system message, has the assistant answer a call as
+``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, and gives results back in
+a user turn, one ``<tool_response>`` block per result. The prompt text here is that
+template's, character for character, so the model sees what it was trained on.
+
+What the model writes after ``<tool_call>`` is constrained by a llama.cpp grammar
+(:func:`call_grammar`): the name is one of the tools', the arguments an object valid for
+that tool's schema (llama.cpp's own JSON-schema converter), so a call always parses. The
+engine writes :data:`CALL_PREFIX` itself and the grammar starts after it. Whether the
+model calls at all is decided before the grammar starts (see ``llama_llm.py``), so a plain
+answer streams with no grammar and no extra latency.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from voxpipe.engines.base import ToolCallRequest, ToolSpec, new_call_id
+
+DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+TOOLS_HEADER = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+CALL_PREFIX = '\n{"name": "'  # what follows <tool_call>, up to the name: written, not sampled
+NAME_TO_ARGUMENTS = '", "arguments": '
+CALL_SUFFIX = "}\n" + CALL_CLOSE
+
+
+class ToolCallParseError(ValueError):
+    """The model's text is not a complete call of a known tool."""
+
+
+def _tojson(value: Any) -> str:
+    """Jinja's ``tojson`` as Hugging Face's chat templates define it."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def system_with_tools(system: str | None, tools: Sequence[ToolSpec]) -> str:
+    """The first system message's text with the tools block (Qwen's default if none)."""
+    lines = "".join("\n" + _tojson(tool.openai()) for tool in tools)
+    return (DEFAULT_SYSTEM if system is None else system) + TOOLS_HEADER + lines + TOOLS_FOOTER
+
+
+def call_body(call: ToolCallRequest) -> str:
+    """One call as the template writes it inside ``<tool_call>`` ... ``</tool_call>``."""
+    return f'\n{{"name": "{call.name}", "arguments": {_tojson(dict(call.arguments))}}}\n'
+
+
+def tool_response(content: str) -> str:
+    """One result as the template writes it in the user turn that carries results."""
+    return f"\n<tool_response>\n{content}\n</tool_response>"
+
+
+# -- the grammar ---------------------------------------------------------------------------
+
+
+def _literal(text: str) -> str:
+    return _tojson(text)  # a JSON string is a valid GBNF literal (same escapes)
+
+
+def call_grammar(tools: Sequence[ToolSpec]) -> str:
+    """GBNF for what follows :data:`CALL_PREFIX`: ``NAME", "arguments": ARGS}`` then
+    ``\\n</tool_call>``, with ARGS valid for NAME's parameter schema."""
+    if not tools:
+        raise ValueError("a tool-call grammar needs at least one tool")
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    choices = []
+    for tool in tools:
+        schema = converter.resolve_refs(dict(tool.parameters), tool.name)
+        rule = converter.visit(schema, f"{tool.name}-arguments")
+        choices.append(f"{_literal(tool.name + NAME_TO_ARGUMENTS)} {rule}")
+    root = f"root ::= ( {' | '.join(choices)} ) {_literal(CALL_SUFFIX)}"
+    return converter.format_grammar() + "\n" + root + "\n"
+
+
+# -- reading what the model wrote ------------------------------------------------------------
+
+
+class ArgumentsScanner:
+    """Follows a call's text as it is generated (from :data:`CALL_PREFIX` on) and hands out
+    the arguments' text as it arrives, so a client can show it live; tells when the call's
+    JSON object is complete (the rest, ``\\n</tool_call>``, is fixed and need not be
+    generated)."""
+
+    KEY = '"arguments":'
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._args_start = -1  # index in text where the arguments' value begins
+        self._scanned = 0  # characters of text looked at by the JSON depth count
+        self._depth = 0  # of the whole call object, which CALL_PREFIX opens
+        self._in_string = False
+        self._escaped = False
+        self._args_end = -1  # index just past the arguments' closing brace
+        self.complete = False
+
+    @property
+    def name(self) -> str:
+        """The tool's name once written in full, else ""."""
+        start = len(CALL_PREFIX)
+        end = self.text.find('"', start)
+        return self.text[start:end] if end >= 0 and self.text.startswith(CALL_PREFIX) else ""
+
+    def push(self, piece: str) -> str:
+        """Take more generated text; return the new part of the arguments' text, if any."""
+        before = self._emitted()
+        self.text += piece
+        while self._scanned < len(self.text) and not self.complete:
+            self._step(self._scanned)
+            self._scanned += 1
+        if self._args_start < 0:
+            key = self.text.find(self.KEY)
+            if key >= 0:
+                start = key + len(self.KEY)
+                while start < len(self.text) and self.text[start] == " ":
+                    start += 1
+                if start < len(self.text):
+                    self._args_start = start
+        return self._emitted()[len(before) :]
+
+    def _step(self, i: int) -> None:
+        c = self.text[i]
+        if self._in_string:
+            if self._escaped:
+                self._escaped = False
+            elif c == "\\":
+                self._escaped = True
+            elif c == '"':
+                self._in_string = False
+        elif c == '"':
+            self._in_string = True
+        elif c in "{[":
+            self._depth += 1
+        elif c in "}]":
+            self._depth -= 1
+            if self._depth == 1 and self._args_end < 0 and c == "}":
+                self._args_end = i + 1
+            if self._depth == 0:
+                self.complete = True
+
+    def _emitted(self) -> str:
+        if self._args_start < 0:
+            return ""
+        end = self._args_end if self._args_end >= 0 else self._scanned
+        return self.text[self._args_start : max(self._args_start, end)]
+
+    @property
+    def arguments_json(self) -> str:
+        return self._emitted()
+
+
+def parse_call(text: str, tools: Sequence[ToolSpec], call_id: str | None = None) -> ToolCallRequest:
+    """The call in ``text``: what the model wrote after ``<tool_call>``, with or without the
+    closing tag. Raises :class:`ToolCallParseError` for anything but one JSON object with a
+    known tool's ``name`` and an object of ``arguments`` that has the schema's required
+    properties (the grammar guarantees it; this also guards output made without one)."""
+    body = text.strip()
+    if body.startswith(CALL_OPEN):
+        body = body[len(CALL_OPEN) :]
+    body = body.removesuffix(CALL_CLOSE).strip()
+    try:
+        call, end = json.JSONDecoder().raw_decode(body)
+    except ValueError as exc:
+        raise ToolCallParseError(f"the tool call is not JSON: {exc}") from None
+    if body[end:].strip():
+        raise ToolCallParseError("text follows the tool call's JSON")
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ToolCallParseError('a tool call is an object with a "name"')
+    by_name = {tool.name: tool for tool in tools}
+    tool = by_name.get(call["name"])
+    if tool is None:
+        raise ToolCallParseError(f"no tool is called {call['name']!r}")
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ToolCallParseError(f"{tool.name}: arguments must be a JSON object")
+    missing = tool.missing_arguments(arguments)
+    if missing:
+        raise ToolCallParseError(f"{tool.name}: missing arguments {', '.join(missing)}")
+    raw = _arguments_text(body, arguments)
+    return ToolCallRequest(call_id or new_call_id(), tool.name, arguments, raw)
+
+
+def _arguments_text(body: str, arguments: Mapping[str, Any]) -> str:
+    """The arguments' JSON exactly as written in ``body`` (a call object that parsed)."""
+    key = body.find(ArgumentsScanner.KEY)
+    if key < 0:  # spaced differently, or absent: the canonical form
+        return _tojson(dict(arguments))
+    start = key + len(ArgumentsScanner.KEY)
+    while body[start].isspace():
+        start += 1
+    _, end = json.JSONDecoder().raw_decode(body, start)
+    return body[start:end]
