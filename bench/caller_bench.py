@@ -48,6 +48,7 @@ from bench.caller_turns import (
 )
 from bench.first_call import first_call_summary, render_first_call
 from bench.person import Person, Speak, Why
+from bench.tracing_cost import OtlpSink, render_tracing, traced, tracing_summary
 from bench.transport_callers import NativeCaller, TwilioCaller, voiced
 from voxpipe.audio.g711 import ulaw_decode
 from voxpipe.audio.pcm import read_wav
@@ -570,6 +571,15 @@ def bench_config(base: Path | None, workdir: Path, no_filler: bool) -> Path:
     return path
 
 
+def traced_config(base: Path, endpoint: str) -> Path:
+    """The bench's config with every span exported to ``endpoint``."""
+    data = json.loads(base.read_text())
+    data["tracing"] = {"enabled": True, "endpoint": endpoint}
+    path = base.with_name("config-traced.json")
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
 def hold_on_a_fresh_server(
     args: argparse.Namespace,
     config_path: Path,
@@ -615,11 +625,18 @@ def main(args: argparse.Namespace) -> int:
         ready_s = None
     else:
         logs, failures, ready_s = [], [], 0.0
-        for start in range(args.starts):
-            more, failed, ready_s = hold_on_a_fresh_server(
-                args, config_path, workdir, transports, start
-            )
-            logs, failures = logs + more, failures + failed
+        sink = OtlpSink() if args.tracing_compare else None
+        traced_path = traced_config(config_path, sink.url) if sink else config_path
+        try:
+            for start in range(args.starts):
+                path = traced_path if sink and traced(start) else config_path
+                more, failed, ready_s = hold_on_a_fresh_server(
+                    args, path, workdir, transports, start
+                )
+                logs, failures = logs + more, failures + failed
+        finally:
+            if sink is not None:
+                sink.close()
     load_calls = load_average()
     rows, split = turn_rows(logs)
     if args.isolated:
@@ -641,12 +658,15 @@ def main(args: argparse.Namespace) -> int:
         "the calls."
     )
     first = first_call_summary(rows)
-    text = "\n".join([render_markdown(summary, header, silence), *render_first_call(first)])
+    tracing = tracing_summary(rows, sink.spans) if sink is not None else None
+    sections = [*render_first_call(first), *render_tracing(tracing)]
+    text = "\n".join([render_markdown(summary, header, silence), *sections])
     print("\n" + text)
     report = {
         "summary": summary,
         "filler_split": split,
         "first_call": first,
+        "tracing": tracing,
         "turns": rows,
         "failures": failures,
         "ready_after_s": None if ready_s is None else round(ready_s, 1),

@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     caller.add_argument("--no-filler", action="store_true", help="serve with the filler off")
     caller.add_argument(
+        "--tracing-compare",
+        action="store_true",
+        help="odd starts export every span over OTLP to a receiver here: first answer audio "
+        "with tracing off and on, the same sentences paired (use --starts 2 or more)",
+    )
+    caller.add_argument(
         "--no-isolated", dest="isolated", action="store_false", help="skip the engines alone"
     )
     caller.add_argument("--port", type=int, help="server port (default: a free one)")
