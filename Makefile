@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server prometheus
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
-.PHONY: run cluster test test-shuffled bench load lint typecheck unit e2e install sysdeps models clean
+.PHONY: run example-restaurant cluster test test-shuffled bench load lint typecheck unit e2e install sysdeps models clean
 
 install: $(STAMP)
 
@@ -49,6 +49,10 @@ sysdeps:
 
 run: install
 	$(BIN)/voxpipe serve
+
+# Luigi's: a restaurant booking agent with a SQLite book (examples/restaurant/README.md).
+example-restaurant: install
+	$(BIN)/voxpipe serve --agent examples/restaurant/agent.py:agent
 
 # nginx + Redis + 2 workers on loopback; every connection of a session reaches one worker.
 cluster: install sysdeps

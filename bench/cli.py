@@ -47,6 +47,12 @@ def cmd_tool_calls(args: argparse.Namespace) -> int:
     return tool_calls_main(args)
 
 
+def cmd_tool_eval(args: argparse.Namespace) -> int:
+    from bench.tool_eval.runner import main as tool_eval_main
+
+    return tool_eval_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +170,36 @@ def build_parser() -> argparse.ArgumentParser:
     tool_calls.add_argument("--no-ttft", dest="ttft", action="store_false")
     tool_calls.add_argument("--out", type=Path, default=Path("bench-results/tool-calls.json"))
     tool_calls.set_defaults(func=cmd_tool_calls)
+
+    tool_eval = sub.add_parser(
+        "tool-eval",
+        help="spoken requests to the restaurant agent: tool selection precision and recall, "
+        "exact arguments, and how often a reply echoes the caller",
+    )
+    where = tool_eval.add_mutually_exclusive_group()
+    where.add_argument(
+        "--engines", action="store_true", help="STT then LLM in this process (the default)"
+    )
+    where.add_argument("--server", metavar="URL", help="a live server's native endpoint (ws://…)")
+    tool_eval.add_argument(
+        "--agent",
+        default="examples/restaurant/agent.py:agent",
+        help="engines mode: what `voxpipe serve --agent` takes, or 'plain' (the default assistant)",
+    )
+    tool_eval.add_argument(
+        "--set", choices=("all", "requests", "read"), default="all", help="which utterances"
+    )
+    tool_eval.add_argument(
+        "--text", action="store_true", help="engines mode: give the model the written words"
+    )
+    tool_eval.add_argument("--limit", type=int, help="at most this many of each set")
+    tool_eval.add_argument("--config", type=Path)
+    tool_eval.add_argument(
+        "--audio-dir", type=Path, default=Path("var/tool-eval-audio"), help="the voiced cache"
+    )
+    tool_eval.add_argument("--quiet", action="store_true", help="no lines per utterance")
+    tool_eval.add_argument("--out", type=Path, default=Path("bench-results/tool-eval.json"))
+    tool_eval.set_defaults(func=cmd_tool_eval)
     return parser
 
 

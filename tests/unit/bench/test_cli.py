@@ -11,13 +11,13 @@ import pytest
 from bench.cli import build_parser
 from voxpipe.cli import build_parser as product_parser
 
-COMMANDS = ["caller", "conversation", "transports", "cluster", "stt"]
+COMMANDS = ["caller", "conversation", "transports", "cluster", "stt", "tool-eval"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_each_benchmark_has_a_command(command: str) -> None:
     args = build_parser().parse_args([command])
-    assert args.func.__name__ == f"cmd_{command}"
+    assert args.func.__name__ == f"cmd_{command.replace('-', '_')}"
     assert isinstance(args.out, Path) and args.out.parts[0] == "bench-results"
 
 

@@ -1,0 +1,110 @@
+"""Mode ``--engines``: each utterance through Whisper, then the LLM, with no server.
+
+What the model does with one caller turn, alone: the agent's instructions as the system
+message, the transcript as the user's, the agent's tools offered (``stream(...,
+tools=...)``, whose items are text or a ``ToolCallRequest``). Every utterance is a
+conversation of its own, so one answer cannot colour the next. No tool is run: the first
+generation is what is scored, as it is what decides the tool.
+
+An engine whose ``stream`` takes no ``tools`` yet is asked without them; the run then says
+"tools not supported by this engine" and scores only the plain answers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from bench.tool_eval.dataset import Utterance
+from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
+from voxpipe.agent import Agent
+from voxpipe.config import Config
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmEngine, LlmUsage, SttEngine
+
+TOOLS_UNSUPPORTED = "tools not supported by this engine"
+
+
+def takes_tools(llm: LlmEngine) -> bool:
+    """Whether the engine's ``stream`` has a ``tools`` parameter (the LLM side of tool calls)."""
+    try:
+        return "tools" in inspect.signature(llm.stream).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def tools_argument(agent: Agent) -> list[dict[str, Any]]:
+    """The agent's tools as the engine is given them: OpenAI function definitions."""
+    return [tool.spec.openai_tool() for tool in agent.python_tools]
+
+
+class EngineRun:
+    """The STT and LLM engines of ``config``, loaded once for the whole run."""
+
+    def __init__(self, config: Config, with_stt: bool = True) -> None:
+        from voxpipe.engines.loader import limit_numpy_threads, load_llm
+
+        limit_numpy_threads()
+        self.stt: SttEngine | None = None
+        if with_stt:
+            from voxpipe.engines.whisper_stt import WhisperStt
+
+            self.stt = WhisperStt(
+                config.stt.model_path,
+                compute_type=config.stt.compute_type,
+                threads=config.stt.threads,
+                language=config.stt.language,
+                beam_size=config.stt.beam_size,
+                window=config.stt.window,
+            )
+        self.llm = load_llm(config)
+        self.tools_supported = takes_tools(self.llm)
+
+    def run(
+        self,
+        agent: Agent,
+        utterances: Sequence[Utterance],
+        audio_of: Callable[[Utterance], np.ndarray] | None,
+        offer_tools: bool,
+        progress: Callable[[Utterance, Outcome], None] = lambda u, o: None,
+    ) -> list[Outcome]:
+        """One outcome per utterance. ``audio_of`` None: the written text is the transcript."""
+        tools = tools_argument(agent) if offer_tools and self.tools_supported else None
+        outcomes = []
+        for n, utterance in enumerate(utterances):
+            started = time.monotonic()
+            try:
+                heard = utterance.text
+                if audio_of is not None and self.stt is not None:
+                    heard = self.stt.transcribe(audio_of(utterance)).text.strip()
+                outcome = self._answer(f"tool-eval-{n}", agent, utterance.id, heard, tools)
+            except Exception as exc:  # one failed utterance is a row, not the end of the run
+                outcome = Outcome(utterance.id, error=f"{type(exc).__name__}: {exc}")
+            outcome.seconds = time.monotonic() - started
+            outcomes.append(outcome)
+            progress(utterance, outcome)
+        return outcomes
+
+    def _answer(
+        self, session: str, agent: Agent, id_: str, heard: str, tools: list[dict[str, Any]] | None
+    ) -> Outcome:
+        messages = [ChatMessage("system", agent.instructions), ChatMessage("user", heard)]
+        extra: dict[str, Any] = {} if tools is None else {"tools": tools}
+        outcome = Outcome(id_, heard=heard)
+        text = []
+        try:
+            for item in self.llm.stream(session, messages, CancelToken(), LlmUsage(), **extra):
+                if isinstance(item, str):
+                    text.append(item)
+                else:  # a ToolCallRequest (voxpipe.engines.base)
+                    name = str(getattr(item, "name", ""))
+                    outcome.calls.append(
+                        CalledTool(name, arguments_of(getattr(item, "arguments", None)))
+                    )
+        finally:
+            self.llm.forget(session)
+        outcome.reply = "".join(text).strip()
+        return outcome

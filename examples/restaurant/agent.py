@@ -1,0 +1,206 @@
+"""Luigi's, a restaurant that answers its phone: the agent and its four tools.
+
+    voxpipe serve --agent examples/restaurant/agent.py:agent     (make example-restaurant)
+
+The tools take the caller's words as a small model passes them on ("tonight", "seven",
+"two people", "Mr. Smith") and normalise them before anything else (``normalize.py``):
+each argument's type reads it, so the tool body only sees an ISO date, a time of day, a
+number and a name, and an argument that cannot be read comes back to the model as an error
+that says so. What a tool returns carries a ``message``: one sentence a host would say,
+which the model can pass on as it is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any
+
+import hours
+import normalize
+from db import LARGEST_TABLE, NoTable, database
+from normalize import format_time, parse_date, parse_name, parse_party_size, parse_time
+from pydantic import BeforeValidator, Field, WithJsonSchema
+
+from voxpipe.agent import Agent, ToolFailed, tool
+
+Day = Annotated[
+    dt.date,
+    BeforeValidator(lambda v: v if isinstance(v, dt.date) else parse_date(v)),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "the day as the caller said it: today, tonight, tomorrow, a weekday "
+            "such as Friday, or a date such as 2025-03-14",
+        }
+    ),
+]
+Time = Annotated[
+    dt.time,
+    BeforeValidator(lambda v: v if isinstance(v, dt.time) else parse_time(v)),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "the time as the caller said it, such as 7pm, seven thirty or 19:30",
+        }
+    ),
+]
+PartySize = Annotated[
+    int,
+    Field(ge=1, description="how many people, such as 2"),
+    BeforeValidator(parse_party_size),
+]
+Name = Annotated[
+    str,
+    Field(description="the name the booking is under, such as Smith"),
+    BeforeValidator(parse_name),
+]
+"""What each argument reads: the schema the model sees says "string" (or "integer"), not
+a date format, so the model passes the caller's words and the validator normalises them."""
+
+INSTRUCTIONS = """\
+You are Sofia, the host of Luigi's, an Italian restaurant at 12 Harbour Street, answering \
+the phone. Speak naturally, in one or two short sentences. Never use lists, markdown or \
+emoji. Never repeat the caller's words back to them; answer them.
+
+Use the tools for tables and times: check_availability to see if a table is free, \
+book_table to book one (you need a name, a day, a time and the number of people; ask for \
+what is missing), cancel_booking to cancel one, and opening_hours for when we are open. \
+Pass the day and time as the caller said them, like "tonight" and "7pm". After a tool, \
+tell the caller its message in your own words.
+
+What you know without a tool: we serve Italian food, pasta made fresh every day and \
+wood-fired pizza; there are vegetarian, vegan and gluten-free dishes. There is no dress \
+code. Dogs are welcome on the terrace. We take cards and cash. Parking is on the street \
+and free after 6 pm. The phone number is 555 0142. For groups larger than eight, ask \
+the caller to email events@luigis.example."""
+
+GREETING = "Thank you for calling Luigi's, this is Sofia. How can I help you?"
+
+
+def _when(day: dt.date, at: dt.time) -> str:
+    return f"{hours.spoken_date(day, normalize.today())} at {hours.spoken_time(at)}"
+
+
+def _refusal(day: dt.date, at: dt.time, party_size: int) -> str | None:
+    """Why no table can be had at all, whatever is booked; None if one might be."""
+    if day < normalize.today():
+        return "That day has already passed."
+    if party_size > LARGEST_TABLE:
+        return (
+            f"Our largest table seats {LARGEST_TABLE}; for a bigger group please email "
+            "events@luigis.example."
+        )
+    if not hours.is_open(day):
+        return "We are closed on Mondays."
+    if hours.service_at(day, at) is None:
+        seatings = " and ".join(
+            f"{s.name} from {hours.spoken_time(s.opens)} to {hours.spoken_time(s.last_seating)}"
+            for s in hours.SERVICES
+        )
+        return f"We seat {seatings}."
+    return None
+
+
+def _alternatives(day: dt.date, at: dt.time, party_size: int, limit: int = 2) -> list[str]:
+    """The free times nearest ``at`` on the same day, in half-hour steps."""
+    times = []
+    for service in hours.SERVICES:
+        slot = dt.datetime.combine(day, service.opens)
+        while slot.time() <= service.last_seating:
+            times.append(slot.time())
+            slot += dt.timedelta(minutes=30)
+    wanted = dt.datetime.combine(day, at)
+    times.sort(key=lambda t: abs(dt.datetime.combine(day, t) - wanted))
+    found = []
+    for candidate in times:
+        if candidate != at and database().free_tables(day, candidate, party_size):
+            found.append(candidate)
+        if len(found) == limit:
+            break
+    return [hours.spoken_time(t) for t in sorted(found)]
+
+
+def _full(day: dt.date, at: dt.time, party_size: int) -> str:
+    others = _alternatives(day, at, party_size)
+    if not others:
+        when = hours.spoken_date(day, normalize.today())
+        return f"Sorry, we are fully booked for {party_size} {when}."
+    return f"Sorry, nothing is free at {hours.spoken_time(at)}; I could do {' or '.join(others)}."
+
+
+@tool(effect="read_only", idempotent=True, phrase="Let me check the book.", timeout_s=4)
+def check_availability(date: Day, time: Time, party_size: PartySize) -> dict[str, Any]:
+    """Whether a table for the party is free on a day at a time. Use it before booking."""
+    answer: dict[str, Any] = {
+        "date": date.isoformat(),
+        "time": format_time(time),
+        "party_size": party_size,
+    }
+    refusal = _refusal(date, time, party_size)
+    if refusal is not None:
+        return {**answer, "available": False, "message": refusal}
+    if database().free_tables(date, time, party_size):
+        message = f"Yes, we have a table for {party_size} {_when(date, time)}."
+        return {**answer, "available": True, "message": message}
+    return {**answer, "available": False, "message": _full(date, time, party_size)}
+
+
+@tool(phrase="Booking that for you.", idempotent=False, timeout_s=5)
+def book_table(name: Name, date: Day, time: Time, party_size: PartySize) -> dict[str, Any]:
+    """Book a table under a name for a number of people on a day at a time."""
+    refusal = _refusal(date, time, party_size)
+    if refusal is not None:
+        return {"booked": False, "message": refusal}
+    try:
+        booking, existed = database().book(name, date, time, party_size)
+    except NoTable:
+        return {"booked": False, "message": _full(date, time, party_size)}
+    said = f"a table for {party_size} {_when(date, time)} under the name {name}"
+    message = f"You already have {said}." if existed else f"Done: {said}."
+    return {
+        "booked": True,
+        "booking_id": booking.id,
+        "name": name,
+        "date": date.isoformat(),
+        "time": format_time(time),
+        "party_size": party_size,
+        "message": message,
+    }
+
+
+@tool(phrase="Let me find that booking.", idempotent=True, timeout_s=5)
+def cancel_booking(name: Name, date: Day) -> dict[str, Any]:
+    """Cancel the booking under a name on a day."""
+    removed = database().cancel(name, date)
+    when = hours.spoken_date(date, normalize.today())
+    if not removed:
+        message = f"I cannot find a booking under {name} for {when}."
+        return {"cancelled": 0, "message": message}
+    times = " and ".join(hours.spoken_time(b.time) for b in removed)
+    message = f"I have cancelled the booking under {name} for {when} at {times}."
+    return {"cancelled": len(removed), "message": message}
+
+
+@tool(effect="read_only", idempotent=True, timeout_s=2)
+def opening_hours(
+    day: Annotated[
+        str | None,
+        Field(description="a day such as today, tomorrow or Friday; leave out for the week"),
+    ] = None,
+) -> dict[str, Any]:
+    """When the restaurant is open, on one day or across the week."""
+    if day is None or not day.strip() or day.strip().lower() in ("week", "all", "any"):
+        return {"message": f"We are open {hours.week_summary()}"}
+    try:
+        date = parse_date(day)
+    except ValueError as exc:
+        raise ToolFailed(str(exc)) from None
+    return {"day": f"{date:%A}", "message": hours.day_summary(date, normalize.today())}
+
+
+agent = Agent(
+    name="luigis",
+    instructions=INSTRUCTIONS,
+    greeting=GREETING,
+    tools=[check_availability, book_table, cancel_booking, opening_hours],
+)
