@@ -105,10 +105,12 @@ class FakeLlm:
         self.summary_delay_s = summary_delay_s
         self.calls: list[list[ChatMessage]] = []  # reply requests
         self.tools: list[list[ToolSpec]] = []  # the tools offered, per request
+        self.tool_choices: list[str] = []
         self.yielded: list[int] = []  # deltas yielded, per reply request
         self.summary_calls: list[list[ChatMessage]] = []
         self.summary_yielded: list[int] = []
         self.prefills: list[tuple[str, list[ChatMessage]]] = []
+        self.prefill_tools: list[list[ToolSpec]] = []
         self.forgotten: list[str] = []
         self.trace_headers: list[dict[str, str]] = []  # what each request carried
         self.running = 0
@@ -121,10 +123,13 @@ class FakeLlm:
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]:
-        """A scripted reply may hold tool calls too (any :data:`LlmOutput` item)."""
+        """A scripted reply may hold tool calls too (any :data:`LlmOutput` item): they are
+        yielded only when tools are offered, as a real engine can call none otherwise."""
         self.tools.append(list(tools or ()))
+        self.tool_choices.append(tool_choice)
         self.trace_headers.append(dict(trace_headers or {}))
         if session_id.endswith("#summary"):
             self.summary_calls.append(list(messages))
@@ -139,6 +144,8 @@ class FakeLlm:
         usage.finish_reason = "stop"
         try:
             for delta in script:
+                if not isinstance(delta, str) and (not tools or tool_choice == "none"):
+                    continue
                 if delay_s:
                     time.sleep(delay_s)
                 if cancel.cancelled:
@@ -159,6 +166,7 @@ class FakeLlm:
         tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
         self.prefills.append((session_id, list(messages)))
+        self.prefill_tools.append(list(tools or ()))
         tokens = 0 if cancel.cancelled else _words(messages)
         return LlmUsage(prompt_tokens=tokens, prefill_tokens=tokens)
 

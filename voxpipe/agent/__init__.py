@@ -29,9 +29,10 @@ from voxpipe.agent.tools import (
     ToolOutput,
     ToolPolicy,
     ToolResult,
-    ToolSpec,
     ToolStatus,
+    tool_spec,
 )
+from voxpipe.engines.base import ToolSpec
 
 __all__ = [
     "Agent",
@@ -64,4 +65,5 @@ __all__ = [
     "python_tool",
     "resolve_agent",
     "tool",
+    "tool_spec",
 ]

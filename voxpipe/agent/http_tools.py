@@ -24,14 +24,14 @@ from voxpipe.agent.tools import (
     DEFAULT_PHRASE,
     DEFAULT_TIMEOUT_PHRASE,
     DEFAULT_TIMEOUT_S,
-    TOOL_NAME,
     Tool,
     ToolEffect,
     ToolFailed,
     ToolOutput,
     ToolPolicy,
-    ToolSpec,
+    tool_spec,
 )
+from voxpipe.engines.base import TOOL_NAME
 
 MAX_RESPONSE_BYTES = 256 * 1024
 MAX_ERROR_TEXT = 200  # characters of a failed response's body passed on to the model
@@ -109,7 +109,7 @@ class HttpTool(Tool):
 
     def __init__(self, config: HttpToolConfig, client: httpx.AsyncClient) -> None:
         super().__init__(
-            ToolSpec(config.name, config.description, config.parameters), config.policy()
+            tool_spec(config.name, config.description, config.parameters), config.policy()
         )
         self.config = config
         self._client = client

@@ -34,7 +34,7 @@ from voxpipe.agent.tools import (
     ToolFailed,
     ToolOutput,
     ToolPolicy,
-    ToolSpec,
+    tool_spec,
 )
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class McpTool(Tool):
         )
         name = config.tool_prefix + info.name
         parameters = schema.compact(schema.checked(name, info.input_schema))
-        super().__init__(ToolSpec(name, info.description or "", parameters), policy)
+        super().__init__(tool_spec(name, info.description or "", parameters), policy)
         self.connection = connection
         self.remote_name = info.name
 

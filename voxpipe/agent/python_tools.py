@@ -35,8 +35,9 @@ from voxpipe.agent.tools import (
     ToolFailed,
     ToolOutput,
     ToolPolicy,
-    ToolSpec,
+    tool_spec,
 )
+from voxpipe.engines.base import ToolSpec
 
 SYNC_TOOL_THREADS = 4
 """Sync tools run at most this many at once (they wait on I/O, not on the CPU)."""
@@ -126,7 +127,7 @@ def python_tool(
     except Exception as exc:  # a type with no JSON schema (a bare class, a callable)
         raise ToolDefinitionError(f"tool {fn.__name__}: {exc}") from exc
     about = description or inspect.getdoc(fn) or ""
-    spec = ToolSpec(name or fn.__name__, about.strip(), parameters)
+    spec = tool_spec(name or fn.__name__, about.strip(), parameters)
     return PythonTool(fn, spec, policy or ToolPolicy(), model)
 
 

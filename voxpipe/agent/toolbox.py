@@ -24,9 +24,9 @@ from voxpipe.agent.tools import (
     ToolDefinitionError,
     ToolFailed,
     ToolResult,
-    ToolSpec,
     ToolStatus,
 )
+from voxpipe.engines.base import ToolSpec
 
 log = logging.getLogger("voxpipe.agent")
 
@@ -60,7 +60,7 @@ class Toolbox:
 
     def openai_tools(self) -> list[dict[str, object]]:
         """The ``tools`` list of an OpenAI chat-completions request."""
-        return [tool.spec.openai_tool() for tool in self._tools.values()]
+        return [tool.spec.openai() for tool in self._tools.values()]
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one call under its tool's timeout; always a result (module docstring)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,11 +29,11 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from voxpipe.engines.base import ToolSpec
+
 ToolOutput = JsonValue
 """What a tool gives back: anything JSON can carry, shown to the model as JSON."""
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-"""What the OpenAI tools API (and so most LLM servers) accepts as a function's name."""
 DEFAULT_TIMEOUT_S = 8.0
 DEFAULT_PHRASE = "One moment."
 DEFAULT_TIMEOUT_PHRASE = "Sorry, that is taking too long. Let's try something else."
@@ -78,35 +77,20 @@ class ToolFailed(Exception):
     message goes to the model as the call's error, with no traceback in the log."""
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """What the LLM is told about a tool: its name, what it does and its parameters as a
-    JSON schema (an ``object``)."""
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
-
-    def __post_init__(self) -> None:
-        if not TOOL_NAME.match(self.name):
-            raise ToolDefinitionError(
-                f"tool name {self.name!r}: 1 to 64 letters, digits, '_' or '-'"
-            )
-        if self.parameters.get("type") != "object":
-            raise ToolDefinitionError(f"tool {self.name}: its parameters must be a JSON object")
-
-    def openai_tool(self) -> dict[str, Any]:
-        """The entry of an OpenAI chat-completions ``tools`` list."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": dict(self.parameters),
-            },
-        }
+def tool_spec(name: str, description: str, parameters: Mapping[str, Any] | None = None) -> ToolSpec:
+    """The LLM's view of a tool (``engines.base.ToolSpec``, the one every engine renders),
+    its mistakes raised as :class:`ToolDefinitionError`, at start."""
+    try:
+        spec = (
+            ToolSpec(name, description)
+            if parameters is None
+            else ToolSpec(name, description, parameters)
+        )
+    except ValueError as exc:
+        raise ToolDefinitionError(str(exc)) from exc
+    if spec.parameters.get("type") != "object":
+        raise ToolDefinitionError(f"tool {name}: its parameters must be a JSON object")
+    return spec
 
 
 @dataclass(frozen=True)

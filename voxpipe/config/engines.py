@@ -87,6 +87,23 @@ class LlmConfig(BaseModel):
     state_cache_mb: int = Field(
         256, ge=0, description="Bound of the LRU of saved per-session KV states, in MiB."
     )
+    tool_threshold: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Embedded model, with tools offered: it calls a tool when the probability "
+        "of a call-like first token reaches this, else it answers in words (docs/agents.md).",
+    )
+    tool_temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=2.0,
+        description="Embedded model: sampling temperature of a tool call's name and arguments "
+        "(written under a grammar from the tools' schemas).",
+    )
+    max_tool_tokens: int = Field(
+        256, ge=16, le=2048, description="Embedded model: longest tool call, in tokens."
+    )
 
 
 class RemoteLlmConfig(BaseModel):

@@ -128,6 +128,47 @@ class ResponseDone(Event):
 
 
 @dataclass(frozen=True)
+class ToolArgumentsDelta(Event):
+    """A piece of a CLIENT tool's arguments as the model writes them, before its
+    :class:`ToolStarted` (Realtime ``response.function_call_arguments.delta``; the native
+    transport may drop these)."""
+
+    type: ClassVar[str] = "tool.arguments.delta"
+    turn_id: int
+    call_id: str
+    name: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class ToolStarted(Event):
+    """The model called a tool, and the call is recorded: the server runs it now
+    (``executor`` "server"), or the reply ends and the client runs it ("client")."""
+
+    type: ClassVar[str] = "tool.started"
+    turn_id: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    arguments_json: str
+    executor: str = "server"  # server | client
+
+
+@dataclass(frozen=True)
+class ToolFinished(Event):
+    """A server tool's result is recorded in the history (``status``: ok, error, timeout,
+    cancelled, unknown_outcome); ``output`` is the result as the model reads it."""
+
+    type: ClassVar[str] = "tool.finished"
+    turn_id: int
+    call_id: str
+    name: str
+    status: str
+    duration_ms: float
+    output: str = ""
+
+
+@dataclass(frozen=True)
 class PlaybackClear(Event):
     """Barge-in: drop every reply frame still buffered; none after ``last_seq`` will come."""
 

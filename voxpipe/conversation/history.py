@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,10 @@ class History:
         """A message a client wrote into the conversation itself (any role)."""
         return self._append(ChatMessage(role, text))
 
+    def append(self, message: ChatMessage) -> ChatMessage:
+        """Any message as it is: a tool call the assistant made, or a tool's result."""
+        return self._append(message)
+
     def _append(self, message: ChatMessage) -> ChatMessage:
         self.turns.append(message)
         if len(self.turns) > self.max_messages:
@@ -49,7 +54,7 @@ class History:
 
     def saved(self) -> dict[str, Any]:
         return {
-            "messages": [{"role": m.role, "content": m.content} for m in self.turns],
+            "messages": [m.to_dict() for m in self.turns],  # tool calls and results too
             "summary": self.summary,
             "summarized_messages": self.summarized_messages,
             "system_prompt": self.system_prompt,
@@ -57,7 +62,7 @@ class History:
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Take up what :meth:`saved` wrote (the system prompt only if it had one)."""
-        self.turns = [ChatMessage(m["role"], m["content"]) for m in state.get("messages", [])]
+        self.turns = [ChatMessage.from_dict(m) for m in state.get("messages", [])]
         self.summary = str(state.get("summary", ""))
         self.summarized_messages = int(state.get("summarized_messages", 0))
         if state.get("system_prompt"):
@@ -81,7 +86,7 @@ class History:
         i = self._index(message)
         if i is None:
             return None
-        self.turns[i] = ChatMessage(message.role, text)
+        self.turns[i] = dataclasses.replace(message, content=text)
         return self.turns[i]
 
     def insert_after(self, anchor: ChatMessage, message: ChatMessage) -> bool:

@@ -7,27 +7,29 @@ discarded cheaply when the caller goes on talking. Once playing, a reply can
 be paused (the caller may be starting to talk), resumed (it was only a
 backchannel) or interrupted (barge-in): the LLM and TTS stop, the client is
 told to clear its buffer, and the text kept is what the caller heard.
+
+With tools (the agent's, or a client's), the model may call one instead of answering: the
+call runs inside the reply (``tool_step.py``) and the model is asked again with its result,
+up to three times; the caller hears the tool's phrase meanwhile, never a long silence.
+Without tools a reply is exactly one LLM request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from voxpipe.audio.framer import Pcm16Framer
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import StreamResampler
 from voxpipe.conversation.chunker import ClauseChunker
 from voxpipe.conversation.events import (
-    AudioOut,
     ErrorCode,
     ErrorEvent,
     Event,
@@ -41,9 +43,26 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
 from voxpipe.conversation.services import Services
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.conversation.tool_ledger import ToolLedger
+from voxpipe.conversation.tool_step import (
+    MAX_TOOL_ROUNDS,
+    ReplyVoice,
+    SilenceGuard,
+    ToolOutcome,
+    ToolRound,
+)
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    LlmOutput,
+    LlmUsage,
+    ToolCallDelta,
+    ToolCallRequest,
+    ToolSpec,
+)
 from voxpipe.engines.runner import EngineBusy, JobClock
 from voxpipe.observability.logs import log_context
 from voxpipe.observability.stages import StageTimer
@@ -51,8 +70,6 @@ from voxpipe.observability.timeline import BargeIn, TurnTimeline
 from voxpipe.observability.tracing import NO_CALL, CallTrace
 
 log = logging.getLogger("voxpipe.reply")
-
-TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio is needed
 
 
 @dataclass
@@ -70,6 +87,9 @@ class ReplyContext:
     history: Callable[[], list[ChatMessage]]
     closed: bool = False  # the call is over: nothing more is sent
     trace: CallTrace = NO_CALL  # the call's span: each reply's turn span is its child
+    ledger: ToolLedger | None = None  # the session's tools: None, none offered
+    # The caller's words of a turn into the history now (ahead of a tool call), if any.
+    commit_turn: Callable[[int, str], ChatMessage | None] = lambda turn_id, text: None
 
 
 @dataclass
@@ -93,6 +113,8 @@ class Reply:
     record: dict[str, Any] | None = None
     last_frame_ns: int = 0  # when the latest frame was handed to the transport
     respond: bool = True  # False: only transcribe; the turn joins the history unanswered
+    text: str | None = None  # words to say as they are (a greeting): no LLM
+    user_message: ChatMessage | None = None  # the caller's words, put in the history early
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -104,7 +126,10 @@ class Reply:
         self._paused = False
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
         self._held_events: list[Event] = []
-        self._filler_frames = 0  # frames at the head of the reply that are the filler
+        self._filler_queued = False
+        self._synthesizing = self._holding_frame = False  # audio on its way to the client
+        self._words_before = 0  # words said before a tool call: its message keeps them
+        self._tools_closed = False  # the next request is offered no tools
         self._decided = asyncio.Event()  # a held reply was confirmed or thrown away
         self.cancel.on_cancel(self._sendable.set)
         self.cancel.on_cancel(self._decided.set)
@@ -246,150 +271,99 @@ class Reply:
 
     async def _speak(self) -> None:
         """LLM -> chunker -> TTS -> paced frames, the three stages running concurrently."""
-        services = self.ctx.services
-        cfg = services.config
+        cfg = self.ctx.services.config
         stages, cancel, turn_id = self.stages, self.cancel, self.turn_id
-        clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
-        frames: asyncio.Queue[bytes | None] = asyncio.Queue(
-            maxsize=max(1, cfg.audio.outbound_buffer_ms // cfg.audio.out_frame_ms)
-        )
+        ctx = self.ctx
+        audio = ReplyAudio(
+            self, ctx.services, stages, cancel, self.tracker, ctx.pacer,
+            (ctx.send_audio, ctx.next_seq), ctx.output_rate, self._wait_until_sendable,
+        )  # fmt: skip
         usage = LlmUsage()
         llm_clock = JobClock()
-        # Cleared while the first clause is synthesized: the caller is waiting for that audio,
-        # and the LLM (already ahead of speech) would otherwise take both cores from the TTS.
-        llm_gate = threading.Event()
-        llm_gate.set()
-        cancel.on_cancel(llm_gate.set)
-        messages = self.ctx.history()
-        if self.audio is not None:  # else the history already ends with what to answer
-            messages.append(ChatMessage("user", self.transcript))
-        spoken: list[str] = []
-        first_token = asyncio.Event()
-        cancel.on_cancel(first_token.set)
+        guard: SilenceGuard | None = None
 
-        async def queue_clause(clause: str) -> None:
-            stages.clause(clause)
-            await clauses.put(clause)
+        def keep_talking(phrase: str) -> None:
+            nonlocal guard
+            if guard is None and not cancel.cancelled:
+                guard = SilenceGuard(
+                    phrase,
+                    audio.phrase,
+                    audio.quiet_since_ns,
+                    lambda: audio.filler_queued,
+                    f"guard-{ctx.session_id}-{turn_id}",
+                )
+
+        async def stop_guard() -> None:
+            nonlocal guard
+            if guard is not None:
+                await guard.stop()
+                guard = None
+
+        speaking = ReplyVoice(
+            turn_id, cancel, stages, self._emit, audio.phrase, keep_talking, self._confirmed,
+            self._commit_turn,
+        )  # fmt: skip
 
         async def think() -> None:
             chunker = ClauseChunker(cfg.chunker)
-            with stages.llm(llm_clock, usage):
-                stream = services.llm.stream(
-                    self.ctx.session_id,
-                    messages,
-                    cancel,
-                    usage,
-                    llm_clock,
-                    gate=llm_gate,
-                    trace_headers=stages.trace_headers(),
-                )
-                try:
-                    async with contextlib.aclosing(stream):
-                        async for delta in stream:
-                            if cancel.cancelled:
-                                break
-                            stages.token()
-                            first_token.set()
-                            self.generated += delta
-                            await self._emit(ResponseTextDelta(turn_id, delta))
-                            for clause in chunker.push(delta):
-                                await queue_clause(clause)
-                    if not cancel.cancelled:
-                        for clause in chunker.flush():
-                            await queue_clause(clause)
-                finally:
-                    first_token.set()  # done or failed: no filler from here on
-                    await clauses.put(None)
-
-        async def voice() -> None:
-            resampler = StreamResampler(services.tts.sample_rate, self.ctx.output_rate)
-            framer = Pcm16Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
+            messages = self._prompt()
             try:
-                while (clause := await clauses.get()) is not None:
-                    if cancel.cancelled:
-                        continue
-                    clock = JobClock()
-                    if not spoken:
-                        llm_gate.clear()
-                    stream = services.tts.synthesize(
-                        clause,
-                        cancel,
-                        clock,
-                        deadline_ns=self._dry_at_ns(frames.qsize()) if spoken else None,
-                    )
-                    self.tracker.add_clause(clause)
-                    with stages.tts(clock):
+                for round_no in itertools.count():
+                    tools, choice = self._offered(round_no)
+                    clock, used = (llm_clock, usage) if round_no == 0 else (JobClock(), LlmUsage())
+                    tools_round = None
+                    if ctx.ledger is not None and tools and choice != "none":
+                        tools_round = ToolRound(speaking, ctx.ledger)
+                    calls: list[ToolCallRequest] = []
+                    text = ""  # this request's words
+                    with stages.llm(clock, used):
+                        stream = self._stream(
+                            messages, (tools, choice), clock, used, audio.llm_gate
+                        )
                         async with contextlib.aclosing(stream):
-                            async for chunk in stream:
-                                stages.tts_chunk()
-                                llm_gate.set()
-                                audio = resampler.process(chunk.astype(np.float32) / 32768.0)
-                                self.tracker.add_samples(audio.shape[0])
-                                for frame in framer.push(float_to_pcm16(audio)):
-                                    await frames.put(frame)
-                    spoken.append(clause)
+                            async for item in stream:
+                                if cancel.cancelled:
+                                    break
+                                if isinstance(item, str):
+                                    await stop_guard()  # the answer has begun
+                                    stages.token()
+                                    audio.first_words.set()
+                                    self.generated += item
+                                    text += item
+                                    await self._emit(ResponseTextDelta(turn_id, item))
+                                    for clause in chunker.push(item):
+                                        await audio.clause(clause)
+                                elif tools_round is not None:  # a call: say what came before
+                                    for clause in chunker.flush():
+                                        await audio.clause(clause)
+                                    if isinstance(item, ToolCallDelta):
+                                        await tools_round.writing(item)
+                                    else:
+                                        calls.append(item)
+                    if round_no:
+                        stages.llm_again(clock, used)
+                    if cancel.cancelled or not calls or tools_round is None:
+                        break
+                    outcome = await tools_round.run(calls, text.strip())
+                    if outcome is not ToolOutcome.REPEATED:  # the calls' message has the words
+                        self._words_before += len(text.split())
+                    if not outcome.asks_again:
+                        break
+                    self._tools_closed = outcome is not ToolOutcome.ANSWER
+                    messages = self._prompt()
                 if not cancel.cancelled:
-                    tail = float_to_pcm16(resampler.process(np.zeros(0, np.float32), last=True))
-                    for frame in [*framer.push(tail), *framer.flush()]:
-                        await frames.put(frame)
+                    for clause in chunker.flush():
+                        await audio.clause(clause)
             finally:
-                llm_gate.set()
-                await frames.put(None)
-
-        async def play() -> None:
-            ns_per_byte = 1e9 / (2 * self.ctx.output_rate)
-            pacer = self.ctx.pacer
-            while (frame := await frames.get()) is not None:
-                if cancel.cancelled:
-                    continue
-                await self._wait_until_sendable()
-                delay = pacer.delay_s(time.monotonic_ns())
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await self._wait_until_sendable()
-                if cancel.cancelled:
-                    continue
-                seq = self.ctx.next_seq()
-                # Before the send, which may wait: a barge-in meanwhile must clear this frame too.
-                self.first_seq = self.first_seq or seq
-                self.last_seq = seq
-                await self.ctx.send_audio(AudioOut(seq, turn_id, frame))
-                now = time.monotonic_ns()
-                filler = self._filler_frames > 0
-                if filler:
-                    self._filler_frames -= 1
-                stages.audio_sent(now, filler)
-                self.last_frame_ns = now
-                duration_ns = int(len(frame) * ns_per_byte)
-                self.audio_ns += duration_ns
-                self.tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
-
-        async def fill_silence() -> None:
-            """Say the filler if the first token misses its deadline (the frames queue is
-            still empty then: no token, no clause, no reply audio)."""
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(first_token.wait(), stages.first_token_wait_s())
-                return
-            stages.missed("llm_first_token")
-            filler = services.filler
-            if cancel.cancelled or filler is None or not cfg.deadlines.filler:
-                return
-            stages.filler(cfg.deadlines.filler)
-            resampler = StreamResampler(filler.rate, self.ctx.output_rate)
-            audio = resampler.process(filler.audio, last=True)
-            framer = Pcm16Framer(self.ctx.output_rate * cfg.audio.out_frame_ms // 1000)
-            pcm = [*framer.push(float_to_pcm16(audio)), *framer.flush(pad=True)]
-            self.tracker.add_clause("", sum(len(f) // 2 for f in pcm))
-            self._filler_frames = len(pcm)
-            for frame in pcm:
-                await frames.put(frame)
+                await stop_guard()
+                await audio.end()  # done or failed: no filler from here on
 
         try:
             async with asyncio.timeout(cfg.deadlines.turn_s), asyncio.TaskGroup() as group:
                 group.create_task(think())
-                group.create_task(voice())
-                group.create_task(play())
-                group.create_task(fill_silence())
+                group.create_task(audio.voice())
+                group.create_task(audio.play())
+                group.create_task(audio.fill_silence())
         except TimeoutError:
             stages.missed("turn")
             cancel.cancel()
@@ -398,13 +372,60 @@ class Reply:
         finally:
             stages.llm_done(llm_clock, usage)
 
-    def _dry_at_ns(self, frames_waiting: int) -> int:
-        """When the client will have played everything sent and queued: a later clause
-        is due a little before that, so it can wait for a first clause of another call."""
-        cfg = self.ctx.services.config.audio
-        now = time.monotonic_ns()
-        queued_ns = frames_waiting * cfg.out_frame_ms * 1_000_000
-        return max(now, self.ctx.pacer.ends_at_ns) + queued_ns - TTS_MARGIN_NS
+    # -- what the model is asked, and with which tools ---------------------------
+
+    def _prompt(self) -> list[ChatMessage]:
+        messages = self.ctx.history()
+        if self.audio is not None and self.user_message is None:
+            messages.append(ChatMessage("user", self.transcript))  # not in the history yet
+        return messages if self.ctx.ledger is None else self.ctx.ledger.prompt(messages)
+
+    def _offered(self, round_no: int) -> tuple[list[ToolSpec] | None, str]:
+        """The tools of request ``round_no`` and the tool choice. Every request of a call
+        has the same tools in its prompt (its cached prefix holds); a request that may not
+        call (the fourth, or after a tool changed something) is told "none"."""
+        ledger = self.ctx.ledger
+        tools = ledger.offered() if ledger is not None and self.text is None else None
+        if not tools or ledger is None:
+            return None, "auto"
+        self.stages.offer_tools()
+        if round_no >= MAX_TOOL_ROUNDS or self._tools_closed:
+            return tools, "none"
+        return tools, ledger.tool_choice if round_no == 0 else "auto"
+
+    def _stream(
+        self,
+        messages: list[ChatMessage],
+        offer: tuple[Sequence[ToolSpec] | None, str],
+        clock: JobClock,
+        usage: LlmUsage,
+        gate: threading.Event,
+    ) -> AsyncGenerator[LlmOutput, None]:
+        if self.text is not None:
+            return _said(self.text)
+        return self.ctx.services.llm.stream(
+            self.ctx.session_id,
+            messages,
+            self.cancel,
+            usage,
+            clock,
+            gate=gate,
+            tools=offer[0],
+            tool_choice=offer[1],
+            trace_headers=self.stages.trace_headers(),
+        )
+
+    def _commit_turn(self) -> None:
+        """A call is about to be recorded: the caller's words go into the history first."""
+        if self.user_message is None and self.audio is not None:
+            self.user_message = self.ctx.commit_turn(self.turn_id, self.transcript)
+
+    async def _confirmed(self) -> bool:
+        """A held reply waits for the end of the turn before it acts (a tool call): False
+        if it was thrown away, or stopped, instead."""
+        if self.held:
+            await self._decided.wait()
+        return not self.cancel.cancelled
 
     async def _wait_until_sendable(self) -> None:
         """Held replies wait for confirmation, paused ones for resume; a cancel wakes both."""
@@ -414,8 +435,16 @@ class Reply:
 
     @property
     def kept_text(self) -> str:
-        """The assistant text the history keeps: what was heard, or all of it."""
+        """The assistant text the caller heard (all of it unless interrupted)."""
         return (self.heard_text if self.heard_text is not None else self.generated).strip()
+
+    @property
+    def answer_text(self) -> str:
+        """What the history keeps as the answer: the kept text less the words said before
+        a tool call (that call's message holds them)."""
+        if not self._words_before:
+            return self.kept_text
+        return " ".join(self.kept_text.split()[self._words_before :])
 
     async def _finish(self) -> None:
         tl = self.timeline
@@ -460,3 +489,8 @@ class Reply:
                 )
             )
             await self._emit(TurnMetrics(self.turn_id, record))
+
+
+async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:
+    """Words said as they are (a greeting), in place of the LLM's."""
+    yield text

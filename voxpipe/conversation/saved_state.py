@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from voxpipe.conversation.services import CallRecord, Services
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, ToolSpec
 from voxpipe.engines.runner import JobClock
 
 log = logging.getLogger("voxpipe.session")
@@ -90,8 +90,11 @@ class ContextRebuild:
         services: Services,
         messages: Callable[[], list[ChatMessage]],
         counts: Counter[str],
+        tools: Callable[[], list[ToolSpec] | None] = lambda: None,
     ) -> None:
+        """``tools``: what the next reply will be offered (part of its prompt)."""
         self._id = session_id
+        self._tools = tools
         self._services = services
         self._messages = messages  # read once the task runs
         self._counts = counts
@@ -101,7 +104,9 @@ class ContextRebuild:
     async def _run(self) -> LlmUsage:
         messages, clock = self._messages(), JobClock()
         try:
-            usage = await self._services.llm.prefill(self._id, messages, self._cancel, clock)
+            usage = await self._services.llm.prefill(
+                self._id, messages, self._cancel, clock, tools=self._tools()
+            )
         except Exception as exc:  # the next turn prefills it itself, only slower
             log.warning("session %s: context rebuild failed: %s", self._id, exc)
             return LlmUsage()

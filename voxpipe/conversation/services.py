@@ -1,4 +1,5 @@
-"""What every session of a server shares: engines, their runners, metrics, the turn log."""
+"""What every session of a server shares: engines, their runners, metrics, the turn log,
+and the agent (its instructions, greeting and tools)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from voxpipe.agent import RunningAgent, Toolbox
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, Engines, TtsEngine
 from voxpipe.engines.queued import (
@@ -92,7 +94,8 @@ class Filler:
 class Services:
     """``vad``, ``stt``, ``llm`` and ``tts`` are the engines behind their runners: how a
     call reaches them. ``engines`` and ``runners`` are for the server that starts and
-    stops them. ``tracing`` opens each call's span (off: a shared no-op)."""
+    stops them. ``tracing`` opens each call's span (off: a shared no-op). ``agent`` is the
+    started agent (none: the plain assistant of ``llm.system_prompt``, with no tools)."""
 
     config: Config
     engines: Engines
@@ -102,6 +105,7 @@ class Services:
     filler: Filler | None = None
     store: CallStore | None = None
     tracing: Tracing = field(default_factory=Tracing.off)
+    agent: RunningAgent | None = None
     vad: QueuedVad = field(init=False, repr=False, compare=False)
     stt: QueuedStt = field(init=False, repr=False, compare=False)
     llm: QueuedLlm = field(init=False, repr=False, compare=False)
@@ -111,3 +115,21 @@ class Services:
         queued = QueuedEngines.of(self.engines, self.runners)
         for name in ("vad", "stt", "llm", "tts"):
             object.__setattr__(self, name, getattr(queued, name))  # frozen: set once, here
+
+    @property
+    def toolbox(self) -> Toolbox:
+        """The agent's tools (an empty toolbox: replies run exactly as with no agent)."""
+        return self.agent.toolbox if self.agent is not None else _NO_TOOLS
+
+    @property
+    def instructions(self) -> str:
+        """Every session's system prompt unless its client sets one."""
+        return self.agent.agent.instructions if self.agent else self.config.llm.system_prompt
+
+    @property
+    def greeting(self) -> str | None:
+        """What the agent says first, at the start of a call, if anything."""
+        return self.agent.agent.greeting if self.agent is not None else None
+
+
+_NO_TOOLS = Toolbox()

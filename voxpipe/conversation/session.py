@@ -11,12 +11,18 @@ event means for the replies, and the session acts on it:
   lasted ``min_interruption_ms`` (barge-in), and otherwise, being only a
   backchannel or a cough, lets it resume and is not a turn.
 
-Closing the session cancels every reply and waits for it, so no task or
-engine job outlives the call.
+The agent's tools run inside replies (``tool_step.py``); the session's
+:class:`~voxpipe.conversation.tool_ledger.ToolLedger` keeps their calls and results, in the
+history and the saved state. What a client may ask beyond audio (client-driven turns, edits,
+its own tools) is :class:`~voxpipe.conversation.client_commands.ClientCommands`.
+
+Closing the session cancels every reply and waits for it, and for the tools still running
+(up to their timeout), so no task or engine job outlives the call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any
@@ -26,6 +32,7 @@ import numpy as np
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
+from voxpipe.conversation.client_commands import ClientCommands
 from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
 from voxpipe.conversation.events import HistorySnapshot, SpeechStarted, SpeechStopped
 from voxpipe.conversation.history import History
@@ -37,20 +44,19 @@ from voxpipe.conversation.reply import Reply, ReplyContext, SendAudio, SendEvent
 from voxpipe.conversation.saved_state import AnsweredAudio, ContextRebuild, new_call_id
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.summarizer import Summarizer
+from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
 from voxpipe.conversation.turn_messages import FinishedTurns, TurnMessages
 from voxpipe.conversation.turn_taking import TurnTaking, Yield
-from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage, Role
+from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.latency_split import ClientTiming
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
 __all__ = ["Session"]
 
-MIN_COMMIT_MS = 100  # less committed audio is not a turn (as the OpenAI Realtime API says)
 
-
-class Session:
+class Session(ClientCommands):
     def __init__(
         self,
         session_id: str,
@@ -84,10 +90,20 @@ class Session:
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
         self._pending = np.zeros(0, dtype=np.float32)
         self._arrivals = Arrivals()
-        self.history = History(system_prompt or self.cfg.llm.system_prompt)
+        self.history = History(system_prompt or services.instructions)
         self._turn_ids = 0
         self._seq = 0
         self._turns: TurnTaking[Reply] = TurnTaking(self.turn_config)
+        self.closed = False
+        self.ledger = ToolLedger(
+            services.toolbox,
+            self.history,
+            self.recorder,
+            self.persist,
+            services.metrics,
+            send_event,
+            lambda: self.closed,
+        )
         self.ctx = ReplyContext(
             session_id=session_id,
             recorder=self.recorder,
@@ -99,10 +115,11 @@ class Session:
             output_rate=output_sample_rate,
             history=self.history.messages,
             trace=services.tracing.call(self.record.call_id, session_id, transport),
+            ledger=self.ledger,
+            commit_turn=self._commit_turn,
         )
-        self.summarizer = Summarizer(session_id, services, self.history)
+        self.summarizer = Summarizer(session_id, services, self.history, self.ledger.offered)
         self.partials = PartialTranscripts(services, send_event)
-        self.closed = False
         self.counts: Counter[str] = Counter()
         self._inbound = Inbound(
             session_id, services, input_sample_rate, send_event, self._process, self.counts
@@ -116,6 +133,7 @@ class Session:
         self._finished = FinishedTurns(self.history)
         self._answered = AnsweredAudio()
         self._rebuild: ContextRebuild | None = None
+        self._restored_answer: asyncio.Task[None] | None = None
         self.recorder.started(
             {
                 "input_sample_rate": input_sample_rate,
@@ -283,7 +301,12 @@ class Session:
             self.services.metrics.preemptions.labels("wasted").inc()
 
     def _new_reply(
-        self, timeline: TurnTimeline, audio: np.ndarray | None, held: bool, respond: bool = True
+        self,
+        timeline: TurnTimeline,
+        audio: np.ndarray | None,
+        held: bool,
+        respond: bool = True,
+        text: str | None = None,
     ) -> Reply:
         # A summary may run while the caller speaks; the reply needs the LLM after its STT.
         self.summarizer.pause()
@@ -295,15 +318,31 @@ class Session:
             previous=self._turns.reply,
             on_finish=self._on_reply_finished,
             respond=respond,
+            text=text,
         )
+
+    def greet(self) -> int | None:
+        """Say the agent's greeting, if it has one, as the call's first reply (a transport
+        calls this once its call is up; a resumed call is not greeted again)."""
+        greeting = self.services.greeting
+        if not greeting or self._turn_ids or self.history.turns:
+            return None
+        return self.respond(say=greeting)
+
+    def _commit_turn(self, turn_id: int, transcript: str) -> ChatMessage | None:
+        """A reply is about to record a tool call: the caller's words of its turn go into
+        the history first, and the turn counts as answered (its audio is not resent to
+        another worker, which answers from the recorded call instead)."""
+        self._answered.answered(turn_id)
+        return self.history.add_user(transcript) if any(c.isalnum() for c in transcript) else None
 
     def _on_reply_finished(self, reply: Reply) -> None:
         """Runs inside the reply task, before the next reply reads the history."""
-        user = assistant = None
-        if any(ch.isalnum() for ch in reply.transcript):
+        user, assistant = reply.user_message, None
+        if user is None and any(ch.isalnum() for ch in reply.transcript):
             user = self.history.add_user(reply.transcript)
-        if reply.kept_text and (user is not None or reply.audio is None):
-            assistant = self.history.add_assistant(reply.kept_text)
+        if reply.answer_text and (user is not None or reply.audio is None):
+            assistant = self.history.add_assistant(reply.answer_text)
         self._finished.remember(reply.turn_id, TurnMessages(user, assistant, reply.tracker))
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)
@@ -341,6 +380,7 @@ class Session:
         """What a new server needs to carry this conversation on (persistence, restore)."""
         return {
             **self.history.saved(),
+            **self.ledger.saved(),
             "turns": self._turn_ids,
             "audio_seq": self._seq,
             # caller audio to resend on a restore starts here (the session's input rate)
@@ -369,11 +409,20 @@ class Session:
         self.counts.update({k: v for k, v in state.get("counts", {}).items() if isinstance(v, int)})
         self.counts["restores"] += 1
         self._answered.restored(input_samples * STT_SAMPLE_RATE // self.input_sample_rate)
+        reruns = self.ledger.restore(state, self._turn_ids)
         if self.history.turns or self.history.summary:
             self._rebuild = ContextRebuild(
-                self.id, self.services, self.history.messages, self.counts
+                self.id, self.services, self.history.messages, self.counts, self.ledger.offered
             )
+        if reruns or (self.history.turns and self.history.turns[-1].role == "tool"):
+            # A tool's result (or its unknown outcome) comes after the last word: answer it.
+            self._restored_answer = asyncio.create_task(self._answer_restored(reruns))
         return input_samples
+
+    async def _answer_restored(self, reruns: list[ToolRun]) -> None:
+        await asyncio.gather(*(run.task for run in reruns), return_exceptions=True)
+        if not self.closed:
+            self.respond()
 
     async def close(self, reason: str = "hangup") -> None:
         """Cancel the replies in flight and wait until their engine work has stopped."""
@@ -384,39 +433,19 @@ class Session:
         await self.partials.close()
         if self._rebuild is not None:
             await self._rebuild.close()
+        if self._restored_answer is not None:
+            self._restored_answer.cancel()
+            await asyncio.gather(self._restored_answer, return_exceptions=True)
         for reply in (self._turns.held, self._turns.reply):
             if reply is not None and not reply.task.done():
                 reply.cancel.cancel()
                 reply.task.cancel()
                 await reply.wait()
+        await self.ledger.close()  # a tool that changes something may run to its end
         await self.summarizer.close()
         self.services.llm.forget(self.id)
         self.recorder.ended(reason, dict(self.counts))
         self.ctx.trace.end({"voxpipe.call.end": reason, "voxpipe.call.turns": self._turn_ids})
-
-    async def wait_idle(self) -> None:
-        """Wait for the reply in flight, if any (tests and graceful shutdown)."""
-        if self._turns.reply is not None:
-            await self._turns.reply.wait()
-        await self.summarizer.wait()
-
-    # -- client-driven turns (OpenAI Realtime: commit, response.create, item edits) ----
-
-    def set_turn_taking(self, server_vad: bool, auto_respond: bool) -> None:
-        """Who ends the caller's turns: the VAD (the default) or the client
-        (:meth:`commit_input`); and whether a turn's end starts a reply, or the client
-        asks for one (:meth:`respond`). Speech or audio in progress under the old mode
-        is dropped."""
-        if server_vad != self.server_vad:
-            self._reset_detector()
-            self._uncommitted.take()
-        if not auto_respond:
-            self._discard(self._turns.drop_held())
-        self.server_vad, self.auto_respond = server_vad, auto_respond
-
-    def set_system_prompt(self, text: str) -> None:
-        """New instructions for the replies to come."""
-        self.history.system_prompt = text
 
     def _reset_detector(self) -> None:
         fresh = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
@@ -427,77 +456,8 @@ class Session:
         if forgotten.resume is not None:
             forgotten.resume.resume()  # paused for speech that is now forgotten
 
-    def clear_input(self) -> None:
-        """Forget the caller audio that is not part of a turn yet (unprocessed, buffered for
-        a commit, or speech the VAD is in the middle of)."""
-        self._inbound.clear()
-        self._uncommitted.take()
-        if self._detector.in_speech:
-            self._reset_detector()
-
-    async def commit_input(self) -> int | None:
-        """Manual turns: the audio received since the last commit is one caller turn. It is
-        transcribed and joins the history unanswered (:meth:`respond` asks for a reply).
-        Returns its turn id; None if under ``MIN_COMMIT_MS`` of audio was buffered."""
-        await self._inbound.processed()  # what was sent before the commit belongs to it
-        if self._uncommitted.samples < MIN_COMMIT_MS * STT_SAMPLE_RATE // 1000:
-            return None
-        self._turn_ids += 1
-        timeline = TurnTimeline(self._turn_ids)
-        timeline.mark("speech_end")
-        timeline.mark("eot")
-        audio = self._uncommitted.take()
-        self._turns.reply_started(self._new_reply(timeline, audio, held=False, respond=False))
-        return self._turn_ids
-
-    @property
-    def responding(self) -> bool:
-        """A reply is being prepared or spoken."""
-        return self._turns.speaking() is not None
-
-    def respond(self) -> int:
-        """Answer the conversation as it stands, with no new caller audio (a client asked,
-        e.g. OpenAI ``response.create``). It starts once the turn before it is done.
-        Returns the reply's turn id."""
-        self._turn_ids += 1
-        timeline = TurnTimeline(self._turn_ids)
-        timeline.mark("speech_end")  # the request: voice-to-voice runs from here
-        timeline.mark("eot")
-        self._turns.reply_started(self._new_reply(timeline, None, held=False))
-        return self._turn_ids
-
-    async def cancel_response(self) -> bool:
-        """Stop the reply in flight; the history keeps what the caller heard of it.
-        False if none is in flight."""
-        reply = self._turns.speaking()
-        if reply is None:
-            return False
-        await reply.cancel_by_client(time.monotonic_ns())
-        return True
-
-    async def truncate_reply(self, turn_id: int, audio_end_ms: float) -> str | None:
-        """The client played reply ``turn_id`` only up to ``audio_end_ms`` of its audio
-        (its own report, e.g. OpenAI ``conversation.item.truncate``): the history keeps
-        just the words spoken until then. A reply still in flight stops there. Returns the
-        text kept; None if that reply is unknown (never finished here, or too old)."""
-        reply = self._turns.reply
-        if reply is not None and reply.turn_id == turn_id and not reply.task.done():
-            reply.tracker.ack_ms(audio_end_ms)
-            if not reply.cancel.cancelled:
-                await reply.interrupt(time.monotonic_ns())
-                self.counts["truncations"] += 1
-            await reply.wait()
-        return self._finished.truncate(turn_id, audio_end_ms)
-
-    def add_message(self, role: Role, text: str) -> ChatMessage:
-        """A message the client writes into the conversation (text, no audio)."""
-        return self.history.add(role, text)
-
-    def delete_message(self, message: ChatMessage) -> bool:
-        """Take a message out of the history; False if it is already gone."""
-        return self._finished.delete(message)
-
-    def turn_messages(self, turn_id: int) -> TurnMessages | None:
-        """What finished turn ``turn_id`` left in the history; None while it is in flight
-        (or when it is too old to be remembered)."""
-        return self._finished.get(turn_id)
+    async def wait_idle(self) -> None:
+        """Wait for the reply in flight, if any (tests and graceful shutdown)."""
+        if self._turns.reply is not None:
+            await self._turns.reply.wait()
+        await self.summarizer.wait()

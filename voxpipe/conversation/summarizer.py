@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from voxpipe.conversation.history import History
 from voxpipe.conversation.services import Services
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, ToolSpec
 from voxpipe.engines.runner import EngineBusy, JobClock
 
 log = logging.getLogger("voxpipe.summarizer")
@@ -30,10 +31,19 @@ INSTRUCTIONS = (
 
 
 class Summarizer:
-    def __init__(self, session_id: str, services: Services, history: History) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        services: Services,
+        history: History,
+        tools: Callable[[], list[ToolSpec] | None] = lambda: None,
+    ) -> None:
+        """``tools``: what the next reply will be offered (its prompt holds them, so the
+        prefill after a summary must too, or the cached prefix would not match)."""
         self.session_id = session_id
         self.services = services
         self.history = history
+        self._tools = tools
         self._task: asyncio.Task[None] | None = None
         self._cancel = CancelToken()
         self.summaries = 0
@@ -61,7 +71,11 @@ class Summarizer:
 
     async def _run(self, cancel: CancelToken) -> None:
         cfg = self.services.config.llm
-        older = self.history.turns[: len(self.history.turns) - cfg.keep_recent_messages]
+        turns = self.history.turns
+        keep = len(turns) - cfg.keep_recent_messages
+        while 0 < keep < len(turns) and turns[keep].role == "tool":
+            keep += 1  # a call's results stay with their call
+        older = turns[:keep]
         text = "\n".join(f"{m.role}: {m.content}" for m in older)
         if self.history.summary:
             text = f"Earlier: {self.history.summary}\n{text}"
@@ -79,7 +93,9 @@ class Summarizer:
                 return
             self.history.replace_oldest(len(older), summary)
             self.summaries += 1
-            warm = await llm.prefill(self.session_id, self.history.messages(), cancel)
+            warm = await llm.prefill(
+                self.session_id, self.history.messages(), cancel, tools=self._tools()
+            )
             self.last = {
                 "summarized_messages": len(older),
                 "summary_tokens": usage.completion_tokens,

@@ -241,6 +241,7 @@ class LlmEngine(Protocol):
         usage: LlmUsage,
         *,
         tools: None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[str]: ...
 
@@ -253,6 +254,7 @@ class LlmEngine(Protocol):
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]: ...
 
@@ -264,6 +266,7 @@ class LlmEngine(Protocol):
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]:
         """Yield text deltas of the assistant reply; stop early once ``cancel`` is set.
@@ -271,6 +274,9 @@ class LlmEngine(Protocol):
         With ``tools`` the model may call one instead of answering: the stream then yields
         :class:`ToolCallDelta` pieces (where the engine can) and one :class:`ToolCallRequest`
         per call. Without tools it yields ``str`` only, exactly as it always has.
+        ``tool_choice``: "auto" (the model decides), "none" (the tools stay in the prompt,
+        so its cached prefix holds, but the model answers in words), "required" (it calls
+        one) or a tool's name (it calls that one).
         ``trace_headers`` (W3C ``traceparent``) make a remote request part of the turn's
         trace; an engine in this process ignores them.
         """

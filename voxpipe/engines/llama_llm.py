@@ -42,7 +42,12 @@ from voxpipe.engines.base import (
     ToolSpec,
 )
 from voxpipe.engines.llama_tools import LlamaToolCalls
-from voxpipe.engines.qwen_tools import call_body, system_with_tools, tool_response
+from voxpipe.engines.qwen_tools import (
+    MarkupFilter,
+    call_body,
+    system_with_tools,
+    tool_response,
+)
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,7 @@ class LlamaLlm:
         usage: LlmUsage,
         *,
         tools: None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[str]: ...
 
@@ -340,6 +346,7 @@ class LlamaLlm:
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]: ...
 
@@ -351,10 +358,13 @@ class LlamaLlm:
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]:
         if tools:
-            return self._stream_tools(session_id, messages, cancel, usage, tuple(tools))
+            return self._stream_tools(
+                session_id, messages, cancel, usage, tuple(tools), tool_choice
+            )
         return self._stream_text(session_id, messages, cancel, usage)
 
     def _stream_text(
@@ -418,6 +428,7 @@ class LlamaLlm:
         cancel: CancelToken,
         usage: LlmUsage,
         tools: tuple[ToolSpec, ...],
+        tool_choice: str = "auto",
     ) -> Iterator[LlmOutput]:
         with self._lock:
             usage.state_restored = self._take_context(session_id)
@@ -431,12 +442,22 @@ class LlamaLlm:
                 usage.finish_reason = "cancelled"
                 return
             self._llm.set_seed(self.seed)
-            usage.extra["tool_call_p"] = p_call = self._tools.call_probability()
-            if p_call >= self._tools.threshold:
-                yield from self._tools.generate_call(tokens, tools, cancel, usage)
+            if tool_choice == "auto":
+                usage.extra["tool_call_p"] = p_call = self._tools.call_probability()
+                call = p_call >= self._tools.threshold
+            else:  # "none": words; "required" or a tool's name: a call
+                call = tool_choice != "none"
+            if call:
+                named = tuple(t for t in tools if t.name == tool_choice) or tools
+                yield from self._tools.generate_call(tokens, named, cancel, usage)
                 return
             self._tools.mask_call_starts()
-            yield from self._generate_text(tokens, cancel, usage, stop=self._tools.call_open)
+            markup = MarkupFilter()
+            for text in self._generate_text(tokens, cancel, usage, stop=self._tools.call_open):
+                if text := markup.push(text):
+                    yield text
+            if tail := markup.flush():
+                yield tail
 
     def warmup(self) -> None:
         """Run what a call runs, so the first call is a steady-state one: the chat template

@@ -74,6 +74,9 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
         seed=config.llm.seed,
         state_cache_bytes=config.llm.state_cache_mb << 20,
         warmup_system_prompt=config.llm.system_prompt,
+        tool_threshold=config.llm.tool_threshold,
+        tool_temperature=config.llm.tool_temperature,
+        max_tool_tokens=config.llm.max_tool_tokens,
     )
 
 

@@ -148,6 +148,7 @@ class OpenAiCompatibleLlm:
         usage: LlmUsage,
         *,
         tools: None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[str]: ...
 
@@ -160,6 +161,7 @@ class OpenAiCompatibleLlm:
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]: ...
 
@@ -171,9 +173,12 @@ class OpenAiCompatibleLlm:
         usage: LlmUsage,
         *,
         tools: Sequence[ToolSpec] | None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> Iterator[LlmOutput]:
-        return self._stream(session_id, messages, cancel, usage, tuple(tools or ()), trace_headers)
+        return self._stream(
+            session_id, messages, cancel, usage, tuple(tools or ()), trace_headers, tool_choice
+        )
 
     def _stream(
         self,
@@ -183,6 +188,7 @@ class OpenAiCompatibleLlm:
         usage: LlmUsage,
         tools: tuple[ToolSpec, ...],
         trace_headers: Mapping[str, str] | None,
+        tool_choice: str = "auto",
     ) -> Iterator[LlmOutput]:
         started = time.monotonic()
         body = self._body(
@@ -191,7 +197,7 @@ class OpenAiCompatibleLlm:
             max_tokens=self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
-            **_offered(tools),
+            **_offered(tools, tool_choice),
         )
         response = self._open(body, session_id, cancel, usage, trace_headers)
         if response is None:
@@ -276,11 +282,14 @@ class OpenAiCompatibleLlm:
         self._client.close()
 
 
-def _offered(tools: tuple[ToolSpec, ...]) -> dict[str, Any]:
+def _offered(tools: tuple[ToolSpec, ...], tool_choice: str = "auto") -> dict[str, Any]:
     """The request fields that offer ``tools`` (none without any: the request as before)."""
     if not tools:
         return {}
-    return {"tools": [tool.openai() for tool in tools], "tool_choice": "auto"}
+    choice: str | dict[str, Any] = tool_choice
+    if tool_choice not in ("auto", "none", "required"):
+        choice = {"type": "function", "function": {"name": tool_choice}}
+    return {"tools": [tool.openai() for tool in tools], "tool_choice": choice}
 
 
 def _read_usage(reported: dict[str, Any] | None, usage: LlmUsage) -> None:

@@ -108,6 +108,7 @@ class QueuedLlm(Queued[LlmEngine]):
         gate: threading.Event | None = None,
         *,
         tools: None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[str, None]: ...
 
@@ -122,6 +123,7 @@ class QueuedLlm(Queued[LlmEngine]):
         gate: threading.Event | None = None,
         *,
         tools: Sequence[ToolSpec] | None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[LlmOutput, None]: ...
 
@@ -135,6 +137,7 @@ class QueuedLlm(Queued[LlmEngine]):
         gate: threading.Event | None = None,
         *,
         tools: Sequence[ToolSpec] | None = None,
+        tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[LlmOutput, None]:
         """The reply's text deltas (and, with ``tools``, its tool calls) as the LLM's thread
@@ -144,7 +147,13 @@ class QueuedLlm(Queued[LlmEngine]):
         engine = self.engine
         return self.runner.stream(
             lambda: engine.stream(
-                session_id, messages, cancel, usage, tools=tools, trace_headers=trace_headers
+                session_id,
+                messages,
+                cancel,
+                usage,
+                tools=tools,
+                tool_choice=tool_choice,
+                trace_headers=trace_headers,
             ),
             clock,
             gate=gate,

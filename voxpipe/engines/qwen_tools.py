@@ -205,3 +205,30 @@ def _arguments_text(body: str, arguments: Mapping[str, Any]) -> str:
         start += 1
     _, end = json.JSONDecoder().raw_decode(body, start)
     return body[start:end]
+
+
+MARKUP = (CALL_OPEN, CALL_CLOSE, "<tool_response>", "</tool_response>")
+
+
+class MarkupFilter:
+    """Takes Qwen's tool markup out of a text reply as it streams. Shown a tool's result
+    (``<tool_response>…</tool_response>``), the small model often writes the tags around
+    its answer: they are no words to say. A tail that may begin a tag is held back until
+    the next piece tells."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def push(self, text: str) -> str:
+        text = self._held + text
+        for tag in MARKUP:
+            text = text.replace(tag, "")
+        start = text.rfind("<")
+        self._held = ""
+        if start != -1 and any(tag.startswith(text[start:]) for tag in MARKUP):
+            text, self._held = text[:start], text[start:]
+        return text
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held

@@ -215,6 +215,27 @@ class Metrics:
             registry=r,
         )
 
+        self.tool_seconds = Histogram(
+            "voxpipe_tool_seconds",
+            "How long a tool call ran, by tool and how it ended (ok, error, timeout, cancelled, "
+            "unknown_outcome).",
+            ["tool", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "voxpipe_tool_calls_total",
+            "Tool calls by tool and how they ended.",
+            ["tool", "status"],
+            registry=r,
+        )
+        self.tool_calls_per_turn = Histogram(
+            "voxpipe_tool_calls_per_turn",
+            "Tool calls the model made in one turn, of the turns that were offered tools.",
+            buckets=(0, 1, 2, 3, 4, 6, 8),
+            registry=r,
+        )
+
     def sample_process(self) -> None:
         """Refresh the process gauges (tasks, threads, memory) before a scrape."""
         self.live_threads.set(threading.active_count())
@@ -250,6 +271,11 @@ class Metrics:
             if ms is not None:
                 self.latency_split.labels(part).observe(max(0.0, ms) / 1000)
 
+    def observe_tool(self, tool: str, status: str, seconds: float) -> None:
+        """One tool call's end (``tool`` is one of the agent's few tool names)."""
+        self.tool_seconds.labels(tool, str(status)).observe(max(0.0, seconds))
+        self.tool_calls.labels(tool, str(status)).inc()
+
     def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
         self.engine_queue.labels(engine).observe(queue_s)
         self.engine_compute.labels(engine).observe(compute_s)
@@ -270,6 +296,9 @@ class Metrics:
             if ms is not None:
                 self.barge_in.labels(phase.removesuffix("_ms")).observe(max(0.0, ms) / 1000)
         self.observe_split(timeline.counters.get("split_ms", {}))
+        tools = timeline.counters.get("tools")
+        if tools is not None:  # the turn was offered tools
+            self.tool_calls_per_turn.observe(len(tools))
         prefill = timeline.counters.get("llm", {}).get("prefill_tokens")
         if prefill is not None:
             self.prefill_tokens.observe(prefill)

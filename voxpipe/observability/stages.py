@@ -7,9 +7,9 @@ was cut, a frame went out) and :class:`StageTimer` turns that into the turn's
 wait and compute, the deadline misses. ``turn.metrics``, the turn log and the Prometheus
 histograms all read that timeline, so their figures come from here alone.
 
-Every engine stage begins and ends in :meth:`StageTimer._stage`, and so does its trace
-span; the turn's span, and the stages written from its marks (end of turn, playout), close
-in :meth:`StageTimer.done` (``observability/tracing.py``).
+Every engine stage, and every tool call, begins and ends in :meth:`StageTimer._stage`, and
+so does its trace span; the turn's span, and the stages written from its marks (end of
+turn, playout), close in :meth:`StageTimer.done` (``observability/tracing.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from voxpipe.config import DeadlineConfig
 from voxpipe.observability.latency_split import ClientTiming, inference_ms, split
@@ -72,6 +73,17 @@ class TokenUsage(Protocol):
     def finish_reason(self) -> str: ...
 
 
+@dataclass
+class ToolTiming:
+    """One tool call of a reply, as the turn's ``tools`` list shows it; ``status`` is set by
+    whoever learns how it ended ("running": it outlived the reply, after a barge-in)."""
+
+    name: str
+    call_id: str
+    started_ns: int
+    status: str = "running"
+
+
 class StageTimer:
     """The timing of one reply. Deadlines count from the end of the caller's speech;
     a miss is counted (``voxpipe_deadline_misses_total``) and listed in the turn's
@@ -95,6 +107,7 @@ class StageTimer:
         start_ns = timeline.marks_ns.get("speech_end") or time.monotonic_ns()
         self._turn = trace.turn(timeline.turn_id, start_ns)
         self._llm_span = NO_STAGE
+        self._more_llm: list[tuple[JobTimes, TokenUsage]] = []  # after tool results
         self.client: ClientTiming | None = None  # the client's report, if it came in time
 
     @contextlib.contextmanager
@@ -213,6 +226,62 @@ class StageTimer:
             "state_restored": usage.state_restored,
             "finish_reason": usage.finish_reason,
         }
+        if self._more_llm:  # the requests that followed tool results: their cost too
+            tl.compute_s["llm_total"] += sum(job.compute_s for job, _ in self._more_llm)
+            tl.counters["llm"]["requests"] = 1 + len(self._more_llm)
+            tl.counters["llm"]["completion_tokens"] += sum(
+                u.completion_tokens for _, u in self._more_llm
+            )
+            tl.counters["llm"]["finish_reason"] = self._more_llm[-1][1].finish_reason
+
+    def llm_again(self, job: JobTimes, usage: TokenUsage) -> None:
+        """Another request of the same reply (after tool results) is over."""
+        self._more_llm.append((job, usage))
+
+    # -- tools ------------------------------------------------------------------
+
+    def offer_tools(self) -> None:
+        """The reply may call tools: its record lists them (``tools``), even none."""
+        self.timeline.counters.setdefault("tools", [])
+
+    @contextlib.contextmanager
+    def tool(self, name: str, call_id: str) -> Iterator[ToolTiming]:
+        """One tool call, from its start to its result (or to the reply's end, for one that
+        runs on after a barge-in): its span, under the turn's (OpenTelemetry's gen_ai tool
+        names), its time in ``compute_ms["tool"]`` and its entry in the turn's ``tools``."""
+        timing = ToolTiming(name, call_id, time.monotonic_ns())
+
+        def attributes() -> Attributes:
+            return {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+                "voxpipe.tool.status": timing.status,
+            }
+
+        try:
+            with self._stage("tool", attributes):
+                yield timing
+        finally:
+            self._tool_done(timing)
+
+    def _tool_done(self, timing: ToolTiming) -> None:
+        tl, now = self.timeline, time.monotonic_ns()
+        duration_s = (now - timing.started_ns) / 1e9
+        tl.compute_s["tool"] = tl.compute_s.get("tool", 0.0) + duration_s
+        origin = tl.marks_ns.get("speech_end", timing.started_ns)
+        entry: dict[str, Any] = {
+            "name": timing.name,
+            "call_id": timing.call_id,
+            "status": timing.status,
+            "started_ms": _ms(timing.started_ns - origin),
+            "duration_ms": _ms(now - timing.started_ns),
+        }
+        tl.counters.setdefault("tools", []).append(entry)
+
+    def phrase_sent(self, at_ns: int) -> None:
+        """A frame of a phrase said while a tool ran (not the answer) went out."""
+        self.timeline.mark("tool_phrase_sent", at_ns)
 
     # -- TTS and playback -------------------------------------------------------
 
@@ -272,7 +341,7 @@ class StageTimer:
         end_ns = marks["response_done"]
         if "speech_end" in marks and "eot" in marks:
             turn.stage("end_of_turn", marks["speech_end"], marks["eot"])
-        sent = [marks[s] for s in ("first_audio_sent", "filler_sent") if s in marks]
+        sent = [marks[s] for s in (*_SPOKEN, "first_audio_sent") if s in marks]
         if sent:
             turn.stage("playout", min(sent), end_ns, {"voxpipe.filler": "filler_sent" in marks})
         attributes: dict[str, AttributeValue] = {
@@ -298,7 +367,7 @@ class StageTimer:
         """The turn's latency split (``latency_split.py``) into its record: ``played_ns`` is
         when the transport's playback signal says the first reply frame began to play."""
         tl, marks = self.timeline, self.timeline.marks_ns
-        sent = [marks[s] for s in ("filler_sent", "first_audio_sent") if s in marks]
+        sent = [marks[s] for s in (*_SPOKEN, "first_audio_sent") if s in marks]
         if not sent or "speech_end" not in marks:
             return  # no reply audio: no wait to split
         first_ns = min(sent)
@@ -317,6 +386,9 @@ class StageTimer:
         start = self.timeline.marks_ns.get("speech_end")
         if start is not None and time.monotonic_ns() - start > due_ms * 1_000_000:
             self.missed(stage)
+
+
+_SPOKEN = ("filler_sent", "tool_phrase_sent")  # audio the caller hears before the answer
 
 
 def _ms(ns: int) -> float:

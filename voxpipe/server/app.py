@@ -32,9 +32,10 @@ from voxpipe.agent import Agent, RunningAgent, resolve_agent
 from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.conversation.services import Filler
-from voxpipe.engines.base import Engines
+from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage
+from voxpipe.engines.llama_llm import WARMUP_SENTENCE
 from voxpipe.engines.loader import load_engines, warm_one
-from voxpipe.engines.queued import QueuedEngines, Runners
+from voxpipe.engines.queued import QueuedEngines, QueuedLlm, Runners
 from voxpipe.server import web
 from voxpipe.server.auth import (
     AuthError,
@@ -63,6 +64,26 @@ async def warm_up(engines: QueuedEngines) -> None:
     """One warm-up inference per engine, in turn, each on the thread that will serve it."""
     for queued in engines.all():
         await queued.run(warm_one)
+
+
+async def warm_agent(config: Config, llm: QueuedLlm, agent: RunningAgent) -> None:
+    """With tools, the embedded model's prompt starts with the agent's instructions and its
+    tools (Qwen's template puts them in the system message), and its first reply takes the
+    tool path (the decision on the first token, its scan of the vocabulary, the grammar):
+    run that once now, on the LLM's thread, and leave the prompt's KV in the context."""
+    tools = agent.toolbox.specs()
+    if not tools or config.llm.engine != "llama":
+        return
+    system = ChatMessage("system", agent.agent.instructions)
+    session, cancel = "__warmup_tools__", CancelToken()
+    stream = llm.stream(
+        session, [system, ChatMessage("user", WARMUP_SENTENCE)], cancel, LlmUsage(), tools=tools
+    )
+    async with contextlib.aclosing(stream):
+        async for _ in stream:
+            pass
+    await llm.prefill(session, [system], cancel, tools=tools)
+    llm.forget(session)
 
 
 def load_cold_engines(config: Config, state: ServerState | None = None) -> Engines:
@@ -116,6 +137,7 @@ def create_app(
                 functools.partial(Filler.synthesize, config.deadlines.filler)
             )
             state.agent = await RunningAgent.start(agent)  # MCP servers' tools found here
+            await warm_agent(config, queued.llm, state.agent)
             store = await open_store(config.store, state.worker)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
             log.exception("model loading failed")

@@ -76,6 +76,7 @@ class ServerState:
             filler=filler,
             store=store,
             tracing=self.tracing,
+            agent=self.agent,
         )
         self.metrics.ready.set(1)
         for callback in self.on_ready:

@@ -236,6 +236,7 @@ class NativeConnection:
         await self.send_event(
             started_event(self.services, self.session, self.cfg.audio.out_frame_ms)
         )
+        self.session.greet()  # the agent's greeting, if it has one
 
     async def _resume(
         self, start: SessionStart, since: ResumeFrom, rates: Rates, turn: TurnConfig

@@ -366,6 +366,7 @@ class TwilioConnection:
             ",".join(info.tracks),
             sorted(info.customParameters)[:16],  # names only: values may be private
         )
+        self.session.greet()  # the agent's greeting, if it has one
         return None
 
     def _on_media(self, session: Session, media: MediaInfo) -> None:

@@ -305,6 +305,8 @@ class WebRTCConnection:
                 log.info("call %s: no WebRTC connection in %.0f s", self.call.id, timeout)
                 self.services.metrics.errors.labels(ErrorCode.START_TIMEOUT).inc()
                 return
+            if not self._hangup.is_set():
+                self.session.greet()  # the agent's greeting, if it has one
             await self._hangup.wait()
         finally:
             await self.close()

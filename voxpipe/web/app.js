@@ -117,6 +117,12 @@ class Call {
       case "playback.clear":
         this.player.clear();
         break;
+      case "tool.started":
+        ui.transcript.toolStarted(event.turn_id, event.call_id, event.name, event.arguments);
+        break;
+      case "tool.finished":
+        ui.transcript.toolFinished(event.turn_id, event.call_id, event.name, event.status, event.duration_ms);
+        break;
       case "response.done":
         ui.transcript.agentDone(event.turn_id, event.status, event.text);
         break;

@@ -1,5 +1,6 @@
 // Live transcripts of both sides, one row per turn: what the caller said (STT), and what
-// the agent said as it streams, replaced at the end by what the caller actually heard.
+// the agent said as it streams, replaced at the end by what the caller actually heard, and
+// the tools it called in between (tool.started, tool.finished: name, status, duration).
 
 const MAX_TURNS = 200; // older turns leave the page (the server keeps the history)
 
@@ -17,11 +18,13 @@ export class TranscriptView {
     row.dataset.turn = String(turnId);
     const caller = document.createElement("p");
     caller.className = "caller";
+    const tools = document.createElement("ul");
+    tools.className = "tools";
     const agent = document.createElement("p");
     agent.className = "agent";
-    row.append(caller, agent);
+    row.append(caller, tools, agent);
     this.element.append(row);
-    turn = { row, caller, agent };
+    turn = { row, caller, tools, agent, calls: new Map() };
     this.turns.set(turnId, turn);
     while (this.turns.size > MAX_TURNS) {
       const [oldest, old] = this.turns.entries().next().value;
@@ -40,6 +43,32 @@ export class TranscriptView {
     const { agent } = this.turn(turnId);
     agent.classList.add("streaming");
     agent.textContent += delta;
+    this.scroll();
+  }
+
+  /** tool.started: the agent called a tool (shown until its tool.finished). */
+  toolStarted(turnId, callId, name, args) {
+    const turn = this.turn(turnId);
+    const item = document.createElement("li");
+    item.className = "tool";
+    item.dataset.status = "running";
+    item.dataset.name = name;
+    item.textContent = `${name}(${JSON.stringify(args ?? {})}) …`;
+    turn.tools.append(item);
+    turn.calls.set(callId, item);
+    this.scroll();
+  }
+
+  /** tool.finished: its status and how long it ran. */
+  toolFinished(turnId, callId, name, status, durationMs) {
+    const turn = this.turn(turnId);
+    let item = turn.calls.get(callId);
+    if (!item) {
+      this.toolStarted(turnId, callId, name, {});
+      item = turn.calls.get(callId);
+    }
+    item.dataset.status = status;
+    item.textContent = item.textContent.replace(/ …$/, "") + ` → ${status}, ${Math.round(durationMs)} ms`;
     this.scroll();
   }
 

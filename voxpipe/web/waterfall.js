@@ -1,7 +1,8 @@
 // The latency waterfall: each turn's stages (turn.metrics stages_ms, offsets from the
 // caller's last sample of speech) as horizontal SVG bars on one time axis, the first reply
 // sample heard as this page measured it (timing.js) beside the server's first audio sent, and
-// a running p50/p99 of both over the turns of this page.
+// a running p50/p99 of both over the turns of this page. A turn's tool calls (turn.metrics
+// tools) are bars of their own, named with their status.
 
 const SVG = "http://www.w3.org/2000/svg";
 const MAX_TURNS = 8; // charts kept on the page
@@ -34,6 +35,11 @@ export function segments(metrics) {
     }
     if (start === undefined) continue;
     bars.push([label, kind, Math.min(start, stages[to]), Math.max(start, stages[to])]);
+  }
+  for (const call of metrics.tools || []) {
+    const start = call.started_ms ?? 0;
+    const label = `tool ${call.name} (${call.status})`;
+    bars.push([label, `tool ${call.status}`, start, start + (call.duration_ms ?? 0)]);
   }
   return bars;
 }
@@ -104,12 +110,17 @@ export function turnChart(metrics, heardMs = null) {
     svg.append(line);
     svg.dataset.heardMs = String(heardMs);
   }
-  if ("filler_sent" in stages) {
-    const at = x(stages.filler_sent);
-    const line = el("line", { x1: at, x2: at, y1: AXIS - 4, y2: height, class: "filler" });
-    line.append(el("title", {}, `filler sent: ${ms(stages.filler_sent)}`));
+  for (const [stage, kind, what] of [
+    ["filler_sent", "filler", "filler sent"],
+    ["tool_phrase_sent", "filler", "tool phrase sent"],
+  ]) {
+    if (!(stage in stages)) continue;
+    const at = x(stages[stage]);
+    const line = el("line", { x1: at, x2: at, y1: AXIS - 4, y2: height, class: kind });
+    line.append(el("title", {}, `${what}: ${ms(stages[stage])}`));
     svg.append(line);
   }
+  svg.dataset.tools = String((metrics.tools || []).length);
   return svg;
 }
 

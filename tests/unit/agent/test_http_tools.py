@@ -83,7 +83,7 @@ async def test_a_webhook_posts_the_arguments_and_returns_the_json(
     )
     tool = HttpTool(config, client)
     assert tool.policy.effect is ToolEffect.MUTATING and tool.policy.phrase == "Booking that now."
-    assert tool.spec.openai_tool()["function"]["parameters"] == BOOKING_SCHEMA
+    assert tool.spec.openai()["function"]["parameters"] == BOOKING_SCHEMA
     result = await Toolbox([tool]).run(ToolCall("c1", "book", {"name": "Smith", "party": 2}))
     assert result.status is ToolStatus.OK
     assert result.output == {"booked": {"name": "Smith", "party": 2}, "id": 7}

@@ -113,7 +113,7 @@ def test_openai_tool_entry() -> None:
     async def opening_hours(day: str) -> str:
         return day
 
-    entry = opening_hours.spec.openai_tool()
+    entry = opening_hours.spec.openai()
     assert entry == {
         "type": "function",
         "function": {

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from voxpipe.agent import RunningAgent
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.config import Config, TurnConfig
 from voxpipe.conversation.events import AudioOut, Event, ResponseDone
@@ -35,7 +36,8 @@ class Call:
     """One session on fake engines, with everything it sent, in order.
 
     ``turn`` and ``llm`` override fields of the config's sections; ``turn_config`` is passed
-    to the session itself. Sends go one at a time, as a transport's do; ``send_yields``
+    to the session itself; ``agent`` gives it instructions, a greeting and tools. Sends go
+    one at a time, as a transport's do; ``send_yields``
     makes each wait a moment, as a WebSocket send does, and clearing ``audio_flowing``
     stalls the audio sends (a slow link) while still holding the transport.
     """
@@ -56,6 +58,7 @@ class Call:
         stt_config: dict[str, Any] | None = None,
         store: CallStore | None = None,
         tracing: Tracing | None = None,
+        agent: RunningAgent | None = None,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
@@ -79,6 +82,7 @@ class Call:
             filler=filler,
             store=store,
             tracing=tracing or Tracing.off(),
+            agent=agent,
         )
         self.send_yields = send_yields
         self._send_lock = asyncio.Lock()

@@ -24,7 +24,7 @@ from voxpipe.engines.base import (
     ToolCallDelta,
     ToolCallRequest,
 )
-from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
+from voxpipe.engines.openai_llm import OpenAiCompatibleLlm, _offered
 
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello?")]
 
@@ -339,3 +339,13 @@ def test_prefill_offers_the_tools_the_next_request_will(server: tuple[str, Scrip
     engine(url).prefill("s", MESSAGES, CancelToken())
     assert script.seen[0].body["tools"] == [BOOK.openai()]
     assert "tools" not in script.seen[1].body
+
+
+def test_the_tool_choice_goes_with_the_tools() -> None:
+    assert _offered((BOOK,), "none")["tool_choice"] == "none"
+    assert _offered((BOOK,), "required")["tool_choice"] == "required"
+    assert _offered((BOOK, HOURS), "book_table")["tool_choice"] == {
+        "type": "function",
+        "function": {"name": "book_table"},
+    }
+    assert _offered((), "none") == {}

@@ -104,5 +104,5 @@ async def test_tools_pass_through_to_the_engine_and_calls_come_back(
         assert [i async for i in items][-1] == call
     plain = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage())
     async with contextlib.aclosing(plain):
-        assert [d async for d in plain]
+        assert [d async for d in plain] == []  # no tools offered: no call made
     assert engines.llm.engine.tools == [tools, []]

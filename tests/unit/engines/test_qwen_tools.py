@@ -15,6 +15,7 @@ from voxpipe.engines.llama_tools import call_probability, call_start_ids
 from voxpipe.engines.qwen_tools import (
     CALL_PREFIX,
     ArgumentsScanner,
+    MarkupFilter,
     ToolCallParseError,
     call_body,
     call_grammar,
@@ -219,3 +220,11 @@ def test_a_tool_spec_refuses_what_no_engine_can_send() -> None:
         "function": {"name": "x", "description": "d",
                      "parameters": {"type": "object", "properties": {}}},
     }  # fmt: skip
+
+
+def test_tool_markup_is_taken_out_of_a_text_reply_as_it_streams() -> None:
+    markup = MarkupFilter()
+    pieces = ["<", "tool", "_response>\n", '"Booked for', ' Smith."\n</tool_', "response>", "<"]
+    said = "".join(markup.push(p) for p in pieces) + markup.flush()
+    assert said == '\n"Booked for Smith."\n<'  # a lone "<" at the end is kept: no tag
+    assert MarkupFilter().push("2 < 3 people") == "2 < 3 people"

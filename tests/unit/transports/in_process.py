@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import uvicorn
 
+from voxpipe.agent import Agent
 from voxpipe.config import Config
 from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import EngineFactory, create_app
@@ -17,12 +18,13 @@ from voxpipe.server.app import EngineFactory, create_app
 
 @contextlib.asynccontextmanager
 async def serving(
-    config: Config, engines: EngineFactory, timeout_s: float
+    config: Config, engines: EngineFactory, timeout_s: float, agent: Agent | None = None
 ) -> AsyncIterator[tuple[int, httpx.AsyncClient]]:
-    """The app on a free port, once ``/readyz`` says ready; its port and an HTTP client."""
+    """The app on a free port, once ``/readyz`` says ready; its port and an HTTP client.
+    ``agent``: the one it serves (default: the configured one, the plain assistant)."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config, engines), port=port, log_level="warning")
+        uvicorn.Config(create_app(config, engines, agent=agent), port=port, log_level="warning")
     )
     task = asyncio.create_task(server.serve())
     try:

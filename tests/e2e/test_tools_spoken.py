@@ -1,0 +1,147 @@
+"""A spoken booking, end to end on the real models: the caller says "book a table for two at
+seven tonight under the name Smith" (voiced by Piper), the embedded model calls the
+restaurant agent's ``book_table`` (``restaurant_agent.py``) with those details, a row appears
+in its database, and the agent speaks a confirmation; over the native protocol (which shows
+``tool.started`` and ``tool.finished``) and over Twilio (no protocol change: the turn log
+shows the call).
+
+Each test prints its figures (``-s``): from the end of the caller's speech to the tool's
+start, to the tool's phrase or the filler, and to the answer's first audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support import RunningServer, start_server, stop_server, wait_ready
+from voxpipe.clients.native_client import NativeClient
+from voxpipe.clients.twilio_client import TwilioLine
+from voxpipe.engines.base import CancelToken
+
+pytestmark = pytest.mark.e2e
+
+AGENT = Path(__file__).with_name("restaurant_agent.py")
+REQUEST = "Book a table for two at seven tonight under the name Smith."
+
+
+@pytest.fixture(scope="module")
+def spoken() -> tuple[np.ndarray, int]:
+    """The request in Piper's voice, with a little silence around it."""
+    from voxpipe.engines.piper_tts import PiperTts
+
+    tts = PiperTts(None, threads=1)
+    pcm = np.concatenate(list(tts.synthesize(REQUEST, CancelToken())))
+    pad = np.zeros(tts.sample_rate * 3 // 10, np.float32)
+    return np.concatenate([pad, pcm.astype(np.float32) / 32768.0, pad]), tts.sample_rate
+
+
+@pytest.fixture(scope="module")
+def restaurant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
+    """A server of the restaurant agent, and its bookings database."""
+    tmp = tmp_path_factory.mktemp("restaurant")
+    db = tmp / "restaurant.sqlite3"
+    env = {"VOXPIPE_AGENT": f"{AGENT}:agent", "RESTAURANT_DB": str(db)}
+    server = start_server(tmp, env=env)
+    try:
+        wait_ready(server)
+        yield server, db
+    finally:
+        stop_server(server)
+
+
+def bookings(db: Path) -> list[tuple[str, int, str, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT name, party_size, date, time FROM bookings").fetchall()
+
+
+def assert_booked_for_smith(arguments: dict[str, Any]) -> None:
+    assert str(arguments.get("name", "")).strip().lower() == "smith", arguments
+    assert arguments.get("party_size") == 2, arguments
+
+
+def figures(record: dict[str, Any]) -> dict[str, Any]:
+    """What the caller waited through, in ms after the end of their speech."""
+    stages = record["stages_ms"]
+    tool = record["tools"][0]
+    return {
+        "tool_started_ms": tool["started_ms"],
+        "tool_ms": tool["duration_ms"],
+        "filler_ms": stages.get("filler_sent"),
+        "tool_phrase_ms": stages.get("tool_phrase_sent"),
+        "answer_audio_ms": stages.get("first_audio_sent"),
+        "llm_requests": record["llm"].get("requests"),
+        "transcript": record.get("transcript"),
+        "reply": record.get("reply"),
+    }
+
+
+async def test_a_spoken_booking_calls_the_tool_and_is_confirmed(
+    restaurant: tuple[RunningServer, Path], spoken: tuple[np.ndarray, int]
+) -> None:
+    server, db = restaurant
+    async with NativeClient(server.ws) as client:
+        await client.connect()
+        turn = await client.speak(*spoken, timeout_s=90)
+
+    kinds = [e["type"] for e in turn.events]
+    assert "tool.started" in kinds and "tool.finished" in kinds, (turn.transcript, kinds)
+    started = next(e for e in turn.events if e["type"] == "tool.started")
+    finished = next(e for e in turn.events if e["type"] == "tool.finished")
+    assert started["name"] == "book_table" and started["executor"] == "server"
+    assert_booked_for_smith(started["arguments"])
+    assert finished["call_id"] == started["call_id"] and finished["status"] == "ok"
+    assert kinds.index("tool.finished") < kinds.index("response.done")
+    # The booking is in the restaurant's database, once.
+    rows = bookings(db)
+    assert len(rows) == 1 and rows[0][0].lower() == "smith" and rows[0][1] == 2, rows
+    # A confirmation was spoken after the tool, and it is the turn's reply.
+    assert turn.status == "completed" and turn.reply.strip(), turn.done
+    assert "{" not in turn.reply, f"the answer reads the record out: {turn.reply!r}"
+    assert len(turn.audio) / 2 / client.output_rate > 0.5
+    record = turn.metrics
+    assert [t["name"] for t in record["tools"]] == ["book_table"]
+    assert record["stages_ms"]["first_audio_sent"] > record["tools"][0]["started_ms"]
+    print("\nnative:", json.dumps(figures(record)))
+
+
+async def _turn_record(server: RunningServer, session_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        lines = server.turn_log.read_text().splitlines() if server.turn_log.exists() else []
+        turns = [t for t in map(json.loads, lines) if t.get("session_id") == session_id]
+        if turns:
+            return turns[0]
+        await asyncio.sleep(0.2)
+    raise AssertionError("no turn record")
+
+
+async def test_a_booking_over_twilio_runs_server_side(
+    restaurant: tuple[RunningServer, Path], spoken: tuple[np.ndarray, int]
+) -> None:
+    server, db = restaurant
+    before = len(bookings(db))
+    async with TwilioLine(f"ws://127.0.0.1:{server.port}/v1/twilio") as line:
+        await line.connect()
+        said = line.say(*spoken)
+        await asyncio.wait_for(said.sent.wait(), 60)
+        record = await _turn_record(server, line.stream_sid)
+        marks = line.of("mark")
+        await line.wait_for(lambda: line.buffered_s == 0 and len(line.echoed) == len(marks), 30)
+        await line.hang_up()
+
+    (tool,) = record["tools"]
+    assert tool["name"] == "book_table" and tool["status"] == "ok", record
+    rows = bookings(db)[before:]
+    assert len(rows) == 1 and rows[0][0].lower() == "smith" and rows[0][1] == 2, rows
+    assert record["status"] == "completed" and record["reply"].strip()
+    assert line.of("media"), "the confirmation was spoken"
+    print("\ntwilio:", json.dumps(figures(record)))

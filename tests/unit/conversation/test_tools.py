@@ -1,0 +1,389 @@
+"""Tool calls inside a reply, on fake engines: run once, recorded before they run and before
+the answer, what the caller hears meanwhile, barge-in, metrics and the turn's record."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.unit.conversation.harness import Call, silence, speech
+from tests.unit.conversation.test_tracing import attrs, named, otel
+from tests.unit.conversation.tools_support import StateStore, called, running
+from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
+from voxpipe.agent import tool
+from voxpipe.conversation.events import (
+    AudioOut,
+    ResponseTextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnMetrics,
+)
+from voxpipe.conversation.services import Filler
+from voxpipe.conversation.tool_step import MAX_SILENCE_S
+
+
+def metrics_of(call: Call, turn_id: int) -> dict[str, Any]:
+    (metrics,) = [m for m in call.of(TurnMetrics) if m.turn_id == turn_id]
+    return metrics.metrics
+
+
+async def test_a_call_runs_once_and_its_result_is_in_the_history_before_the_answer(
+    make_call: Callable[..., Call],
+) -> None:
+    seen: list[list[dict[str, Any]]] = []
+    store = StateStore()
+
+    @tool
+    async def book_table(name: str, party_size: int) -> dict[str, Any]:
+        """Book a table."""
+        seen.append([m.to_dict() for m in call.session.history.turns])
+        seen.append(store.states[-1]["messages"])
+        return {"booked": True, "name": name}
+
+    llm = FakeLlm([called("book_table", name="Smith", party_size=2)], ["Booked", " for Smith."])
+    call = make_call(
+        stt=FakeStt("book a table for two under Smith"),
+        llm=llm,
+        agent=running(book_table),
+        store=store,
+    )
+    await call.say()
+    await call.idle()
+
+    # When it ran, the caller's words and the call were in the history and the saved state.
+    history_then, saved_then = seen
+    assert [m["role"] for m in history_then] == ["user", "assistant"]
+    assert history_then[1]["tool_calls"][0]["call_id"] == "call_1"
+    assert saved_then == history_then
+    # The model was offered the tool, and saw the result on its second request, where it
+    # could only confirm the booking (no tools: a booking is never a mistake away from two).
+    assert [t.name for t in llm.tools[1]] == ["book_table"]  # the same prompt, its KV kept
+    assert llm.tool_choices == ["auto", "none"]
+    second = llm.calls[1]
+    assert [m.role for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[0].content == "You book tables at Chez Test."  # the agent's instructions
+    assert json.loads(second[-1].content) == {"booked": True, "name": "Smith"}
+    assert second[-1].tool_call_id == "call_1"
+    history = call.session.history.turns
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[-1].content == "Booked for Smith."
+    # Recorded in order: the call, then its result, before the answer.
+    assert store.roles() == ["user", "tool_call", "tool", "assistant"]
+    assert store.messages()[2][2] == "ok"
+    assert [m["role"] for m in store.states[-1]["messages"]] == [m.role for m in history]
+
+    (started,) = call.of(ToolStarted)
+    assert started == ToolStarted(
+        1, "call_1", "book_table", {"name": "Smith", "party_size": 2},
+        '{"name": "Smith", "party_size": 2}', "server",
+    )  # fmt: skip
+    (finished,) = call.of(ToolFinished)
+    assert (finished.turn_id, finished.call_id, finished.status) == (1, "call_1", "ok")
+    assert json.loads(finished.output) == {"booked": True, "name": "Smith"}
+    i = call.sent.index
+    assert i(started) < i(finished) < i(call.of(ResponseTextDelta)[0])
+
+    metrics = metrics_of(call, 1)
+    (entry,) = metrics["tools"]
+    assert entry["name"] == "book_table" and entry["status"] == "ok"
+    assert entry["started_ms"] >= 0 and entry["duration_ms"] >= 0
+    assert metrics["llm"]["requests"] == 2
+    assert "tool" in metrics["compute_ms"]
+    assert call.done(1) is not None and call.done(1).text == "Booked for Smith."  # type: ignore[union-attr]
+    assert call.tts.clauses == ["Booked for Smith."]  # a quick tool: no phrase
+
+    sample = call.metrics.registry.get_sample_value
+    assert sample("voxpipe_tool_calls_total", {"tool": "book_table", "status": "ok"}) == 1
+    assert sample("voxpipe_tool_seconds_count", {"tool": "book_table", "status": "ok"}) == 1
+    assert sample("voxpipe_tool_calls_per_turn_sum", {}) == 1
+    assert sample("voxpipe_tool_calls_per_turn_count", {}) == 1
+
+
+async def test_a_call_made_again_in_the_same_turn_is_not_run_again(
+    make_call: Callable[..., Call],
+) -> None:
+    looked_up: list[str] = []
+
+    @tool(effect="read_only")
+    async def opening_hours(day: str) -> str:
+        """When the restaurant is open."""
+        looked_up.append(day)
+        return "noon to ten"
+
+    again = called("opening_hours", "call_2", day="monday")
+    llm = FakeLlm([called("opening_hours", day="monday")], [again], ["Noon to ten."])
+    call = make_call(llm=llm, agent=running(opening_hours))
+    await call.say()
+    await call.idle()
+    assert looked_up == ["monday"]
+    # A read-only result may lead to another call; the same call again is dropped, and the
+    # model asked once more, without tools.
+    assert llm.tool_choices == ["auto", "auto", "none"]
+    assert [m.role for m in call.session.history.turns] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert len(call.of(ToolStarted)) == 1
+    assert call.done(1).text == "Noon to ten."  # type: ignore[union-attr]
+
+
+async def test_without_tools_a_reply_is_one_plain_request(make_call: Callable[..., Call]) -> None:
+    llm = FakeLlm([called("book_table"), "Hello."])  # a call it cannot make: never yielded
+    call = make_call(llm=llm)
+    await call.say()
+    await call.idle()
+    assert llm.tools == [[]] and len(llm.calls) == 1
+    assert call.done(1) is not None and call.done(1).text == "Hello."  # type: ignore[union-attr]
+    assert "tools" not in metrics_of(call, 1)
+
+
+def gaps_s(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
+    make_call: Callable[..., Call],
+) -> None:
+    @tool(phrase="Let me check the book.", effect="read_only")
+    async def check_availability(party_size: int) -> str:
+        """Is a table free?"""
+        await asyncio.sleep(3.0)
+        return "free"
+
+    llm = FakeLlm([called("check_availability", party_size=2)], ["Yes", ", we have a table."])
+    call = make_call(llm=llm, agent=running(check_availability), deadlines={"filler": ""})
+    sent_at: list[float] = []
+    send = call.session.ctx.send_audio
+
+    async def timed(frame: AudioOut) -> None:
+        sent_at.append(time.monotonic())
+        await send(frame)
+
+    call.session.ctx.send_audio = timed
+    await call.say()
+    await call.until(lambda: call.done(1) is not None, within_s=6)
+
+    clauses = call.tts.clauses
+    assert clauses[0] == "Let me check the book."
+    assert "Still working on it." in clauses  # the silence would pass 1.5 s
+    assert clauses[-1] == "Yes, we have a table."
+    started = call.sent.index(call.of(ToolStarted)[0])
+    finished = call.sent.index(call.of(ToolFinished)[0])
+    first = next(i for i, e in enumerate(call.sent) if isinstance(e, AudioOut))
+    assert started < first < finished  # the phrase, while the tool ran
+    stages = metrics_of(call, 1)["stages_ms"]
+    assert stages["tool_phrase_sent"] < stages["first_audio_sent"]
+    # Frames go out in real time (50 ms ahead): a gap between sends is a silence heard.
+    assert max(gaps_s(sent_at)) < MAX_SILENCE_S
+    # The phrase is not the answer: the caller heard, and the history keeps, the answer.
+    assert call.done(1).text == "Yes, we have a table."  # type: ignore[union-attr]
+    assert call.session.history.turns[-1].content == "Yes, we have a table."
+
+
+async def test_a_tool_past_its_timeout_says_its_timeout_phrase(
+    make_call: Callable[..., Call],
+) -> None:
+    @tool(timeout_s=0.2, phrase="", timeout_phrase="The kitchen is not answering.")
+    async def ask_kitchen() -> str:
+        """Ask the kitchen."""
+        await asyncio.sleep(5)
+        return "never"
+
+    llm = FakeLlm([called("ask_kitchen")], ["Sorry about that."])
+    call = make_call(llm=llm, agent=running(ask_kitchen), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert call.tts.clauses == ["The kitchen is not answering.", "Sorry about that."]
+    (finished,) = call.of(ToolFinished)
+    assert finished.status == "timeout"
+    result = llm.calls[1][-1]
+    assert result.role == "tool" and "did not finish within 0.2 s" in result.content
+
+
+async def test_the_filler_and_the_phrase_are_not_said_in_the_same_second(
+    make_call: Callable[..., Call],
+) -> None:
+    @tool(phrase="Checking now.", effect="read_only")
+    async def slow() -> str:
+        """Slow."""
+        await asyncio.sleep(1.5)
+        return "done"
+
+    llm = FakeLlm([called("slow")], ["Done."], delay_s=0.25)  # the call itself is late
+    filler = Filler.synthesize("One moment.", FakeTts())
+    call = make_call(
+        llm=llm, agent=running(slow), filler=filler, deadlines={"llm_first_token_ms": 100}
+    )
+    await call.say()
+    await call.idle()
+    stages = metrics_of(call, 1)["stages_ms"]
+    assert "filler_sent" in stages and "tool_phrase_sent" in stages
+    # The filler's 100 ms of audio, then a second of quiet at least, before the phrase.
+    assert stages["tool_phrase_sent"] - stages["filler_sent"] >= 1000
+
+
+async def test_barge_in_cancels_a_read_only_tool_and_the_model_sees_it(
+    make_call: Callable[..., Call],
+) -> None:
+    cancelled: list[bool] = []
+
+    @tool(effect="read_only")
+    async def look_up(order: str) -> str:
+        """Look an order up."""
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "shipped"
+
+    llm = FakeLlm([called("look_up", order="42")], ["Sure."])
+    call = make_call(
+        stt=FakeStt("where is my order", "never mind"), llm=llm, agent=running(look_up)
+    )
+    await call.say()
+    await call.until(lambda: call.of(ToolStarted))
+    await call.push(speech(12))  # the caller speaks over the tool: a barge-in
+    await call.push(silence(30))
+    await call.idle()
+
+    assert cancelled == [True]
+    assert call.done(1).status == "interrupted"  # type: ignore[union-attr]
+    (finished,) = call.of(ToolFinished)
+    assert finished.status == "cancelled"
+    history = call.session.history.turns
+    assert [m.role for m in history[:3]] == ["user", "assistant", "tool"]
+    assert "cancelled" in history[2].content
+    # The next turn's request shows the model the cancelled call.
+    assert [m.role for m in llm.calls[1]] == ["system", "user", "assistant", "tool", "user"]
+    sample = call.metrics.registry.get_sample_value
+    assert sample("voxpipe_tool_calls_total", {"tool": "look_up", "status": "cancelled"}) == 1
+
+
+async def test_barge_in_lets_a_mutating_tool_finish_once_and_keeps_its_result(
+    make_call: Callable[..., Call],
+) -> None:
+    bookings: list[str] = []
+    store = StateStore()
+
+    @tool
+    async def book_table(name: str) -> str:
+        """Book a table."""
+        await asyncio.sleep(0.8)
+        bookings.append(name)
+        return "booked"
+
+    llm = FakeLlm([called("book_table", name="Smith")], ["Anything else?"])
+    stt = FakeStt("book for Smith", "wait")
+    call = make_call(stt=stt, llm=llm, agent=running(book_table), store=store)
+    await call.say()
+    await call.until(lambda: call.of(ToolStarted))
+    await call.push(speech(12))
+    await call.push(silence(30))
+    await call.until(lambda: call.of(ToolFinished), within_s=3)
+    await call.idle()
+
+    assert bookings == ["Smith"]
+    assert call.done(1).status == "interrupted"  # type: ignore[union-attr]
+    (finished,) = call.of(ToolFinished)  # told when it came, after the reply
+    assert finished.status == "ok" and finished.turn_id == 1
+    history = call.session.history.turns
+    results = [m for m in history if m.role == "tool"]
+    assert len(results) == 1 and results[0].content == '"booked"'
+    assert history[2] is results[0]  # right after its call, whenever it came
+    assert store.roles().count("tool") == 1
+    # The next turn's request never showed the call unanswered: running, or its result.
+    assert llm.calls[1][3].role == "tool"
+
+
+async def test_closing_the_call_waits_for_a_mutating_tool(
+    make_call: Callable[..., Call],
+) -> None:
+    bookings: list[str] = []
+
+    @tool(timeout_s=2)
+    async def book_table(name: str) -> str:
+        """Book a table."""
+        await asyncio.sleep(0.3)
+        bookings.append(name)
+        return "booked"
+
+    store = StateStore()
+    llm = FakeLlm([called("book_table", name="Smith")], ["Done."])
+    call = make_call(llm=llm, agent=running(book_table), store=store)
+    await call.say()
+    await call.until(lambda: call.of(ToolStarted))
+    await call.session.close()
+    assert bookings == ["Smith"]
+    assert store.messages()[-1] == ("tool", '"booked"', "ok")
+    assert call.session.history.turns[-1].role == "tool"
+
+
+async def test_closing_the_call_gives_a_stuck_mutating_tool_an_unknown_outcome(
+    make_call: Callable[..., Call],
+) -> None:
+    @tool(timeout_s=0.1)
+    async def transfer() -> str:
+        """Transfer the call."""
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(10)  # ignores its timeout's cancel
+        return "never"
+
+    store = StateStore()
+    llm = FakeLlm([called("transfer")], ["Done."])
+    call = make_call(llm=llm, agent=running(transfer), store=store)
+    await call.say()
+    await call.until(lambda: call.of(ToolStarted))
+    started = time.monotonic()
+    await call.session.close()
+    assert time.monotonic() - started < 3
+    role, _, status = store.messages()[-1]
+    assert (role, status) == ("tool", "unknown_outcome")
+
+
+async def test_the_greeting_is_said_first_and_kept_in_the_history(
+    make_call: Callable[..., Call],
+) -> None:
+    llm = FakeLlm()
+    call = make_call(llm=llm, agent=running(greeting="Chez Test, how can I help?"))
+    assert call.session.greet() == 1
+    await call.until(lambda: call.done(1) is not None)
+    assert " ".join(call.tts.clauses) == "Chez Test, how can I help?"
+    assert llm.calls == []  # said as it is, no LLM
+    assert [(m.role, m.content) for m in call.session.history.turns] == [
+        ("assistant", "Chez Test, how can I help?")
+    ]
+    assert call.session.greet() is None  # once
+
+
+async def test_a_tool_call_is_a_span_of_its_turn(make_call: Callable[..., Call]) -> None:
+    tracing, exporter = otel()
+
+    @tool
+    async def book_table(name: str) -> str:
+        """Book a table."""
+        return "booked"
+
+    llm = FakeLlm([called("book_table", name="Smith")], ["Booked."])
+    call = make_call(llm=llm, agent=running(book_table), tracing=tracing)
+    await call.say()
+    await call.idle()
+    await call.session.close()
+    tracing.shutdown()
+    spans = list(exporter.get_finished_spans())
+    (turn,) = named(spans, "turn")
+    (span,) = named(spans, "tool")
+    assert span.parent is not None and turn.context is not None
+    assert span.parent.span_id == turn.context.span_id
+    assert attrs(span)["gen_ai.tool.name"] == "book_table"
+    assert attrs(span)["gen_ai.tool.call.id"] == "call_1"
+    assert attrs(span)["voxpipe.tool.status"] == "ok"
+    assert len(named(spans, "llm")) == 2  # one request for the call, one for the answer

@@ -1,0 +1,229 @@
+"""A reply's voice: its clauses, the filler and tools' phrases, as paced frames to the client.
+
+The LLM side of a reply (``reply.py``) queues clauses as it cuts them; :meth:`voice`
+synthesizes each (TTS runner), resamples it to the client's rate and cuts 20 ms frames;
+:meth:`play` sends them no more than ``playback_lead_ms`` ahead of real time. The filler
+(said when the first token is late) and a tool's phrases (said while a tool runs) go the
+same way, but are not the answer: the caller's heard text, the turn's stage marks and the
+history count only the answer's words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from voxpipe.audio.framer import Pcm16Framer
+from voxpipe.audio.pcm import float_to_pcm16
+from voxpipe.audio.resample import StreamResampler
+from voxpipe.conversation.events import AudioOut, SendAudio
+from voxpipe.conversation.playback import Pacer, PlaybackTracker
+from voxpipe.conversation.services import Services
+from voxpipe.engines.base import CancelToken
+from voxpipe.engines.runner import JobClock
+from voxpipe.observability.stages import StageTimer
+
+TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio is needed
+
+
+class Sound(enum.Enum):
+    """What a frame of reply audio is: the answer, the filler, or a tool's phrase."""
+
+    ANSWER = "answer"
+    FILLER = "filler"
+    PHRASE = "phrase"
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """Words to say that are not the answer (a tool's phrase): synthesized like a clause."""
+
+    text: str
+
+
+class Speaker(Protocol):
+    """What the audio writes back into its reply, for the session to read."""
+
+    @property
+    def turn_id(self) -> int: ...
+
+    first_seq: int | None
+    last_seq: int | None
+    last_frame_ns: int  # when the latest frame was handed to the transport
+    audio_ns: int  # reply audio sent
+
+
+class ReplyAudio:
+    """The queues and the three tasks (:meth:`voice`, :meth:`play`, :meth:`fill_silence`)
+    of one reply's audio. ``sendable`` waits while the reply is held or paused."""
+
+    def __init__(
+        self,
+        reply: Speaker,
+        services: Services,
+        stages: StageTimer,
+        cancel: CancelToken,
+        tracker: PlaybackTracker,
+        pacer: Pacer,
+        send: tuple[SendAudio, Callable[[], int]],  # the transport's send, the next seq
+        output_rate: int,
+        sendable: Callable[[], Awaitable[None]],
+    ) -> None:
+        cfg = services.config
+        self._reply, self._services, self._stages = reply, services, stages
+        self._cancel, self._tracker, self._pacer = cancel, tracker, pacer
+        self._send_audio, self._next_seq = send
+        self._rate, self._sendable = output_rate, sendable
+        self._clauses: asyncio.Queue[str | Phrase | None] = asyncio.Queue(maxsize=64)
+        self._frames: asyncio.Queue[tuple[bytes, Sound] | None] = asyncio.Queue(
+            maxsize=max(1, cfg.audio.outbound_buffer_ms // cfg.audio.out_frame_ms)
+        )
+        # Cleared while the first clause is synthesized: the caller is waiting for that audio,
+        # and the LLM (already ahead of speech) would otherwise take both cores from the TTS.
+        self.llm_gate = threading.Event()
+        self.llm_gate.set()
+        cancel.on_cancel(self.llm_gate.set)
+        self.spoken: list[str] = []
+        self.first_words = asyncio.Event()  # set: no filler is due any more
+        cancel.on_cancel(self.first_words.set)
+        self.filler_queued = False
+        self._synthesizing = self._holding_frame = False
+
+    # -- what the LLM side queues ---------------------------------------------
+
+    async def clause(self, text: str) -> None:
+        """A clause of the answer."""
+        self._stages.clause(text)
+        await self._clauses.put(text)
+
+    async def phrase(self, text: str) -> None:
+        """Words that are not the answer (a tool's phrase); no filler after them."""
+        self.first_words.set()
+        await self._clauses.put(Phrase(text))
+
+    async def end(self) -> None:
+        """Nothing more to say: the tasks finish once all of it is sent."""
+        self.first_words.set()
+        await self._clauses.put(None)
+
+    def quiet_since_ns(self) -> int | None:
+        """When the client will have played all it was sent; None while more is on its way."""
+        queued = self._clauses.qsize() or self._frames.qsize()
+        if queued or self._synthesizing or self._holding_frame:
+            return None
+        return self._pacer.ends_at_ns
+
+    # -- the tasks ------------------------------------------------------------
+
+    async def voice(self) -> None:
+        services, cancel, stages, tracker = (
+            self._services,
+            self._cancel,
+            self._stages,
+            self._tracker,
+        )
+        resampler = StreamResampler(services.tts.sample_rate, self._rate)
+        framer = Pcm16Framer(self._rate * services.config.audio.out_frame_ms // 1000)
+        try:
+            while (item := await self._clauses.get()) is not None:
+                if cancel.cancelled:
+                    continue
+                self._synthesizing = True
+                phrase = isinstance(item, Phrase)
+                text = item.text if isinstance(item, Phrase) else item
+                sound = Sound.PHRASE if phrase else Sound.ANSWER
+                clock = JobClock()
+                if not self.spoken and not phrase:
+                    self.llm_gate.clear()
+                due = self._dry_at_ns(self._frames.qsize()) if self.spoken else None
+                stream = services.tts.synthesize(text, cancel, clock, deadline_ns=due)
+                tracker.add_clause("" if phrase else text)
+                with contextlib.nullcontext() if phrase else stages.tts(clock):
+                    async with contextlib.aclosing(stream):
+                        async for chunk in stream:
+                            if not phrase:
+                                stages.tts_chunk()
+                                self.llm_gate.set()
+                            audio = resampler.process(chunk.astype(np.float32) / 32768.0)
+                            tracker.add_samples(audio.shape[0])
+                            for frame in framer.push(float_to_pcm16(audio)):
+                                await self._frames.put((frame, sound))
+                if not phrase:
+                    self.spoken.append(text)
+                self._synthesizing = False
+            if not cancel.cancelled:
+                tail = float_to_pcm16(resampler.process(np.zeros(0, np.float32), last=True))
+                for frame in [*framer.push(tail), *framer.flush()]:
+                    await self._frames.put((frame, Sound.ANSWER))
+        finally:
+            self._synthesizing = False
+            self.llm_gate.set()
+            await self._frames.put(None)
+
+    async def play(self) -> None:
+        reply, pacer, cancel, stages = self._reply, self._pacer, self._cancel, self._stages
+        ns_per_byte = 1e9 / (2 * self._rate)
+        while (item := await self._frames.get()) is not None:
+            frame, sound = item
+            if cancel.cancelled:
+                continue
+            self._holding_frame = True
+            await self._sendable()
+            delay = pacer.delay_s(time.monotonic_ns())
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._sendable()
+            self._holding_frame = False
+            if cancel.cancelled:
+                continue
+            seq = self._next_seq()
+            # Before the send, which may wait: a barge-in meanwhile must clear this frame too.
+            reply.first_seq = reply.first_seq or seq
+            reply.last_seq = seq
+            await self._send_audio(AudioOut(seq, reply.turn_id, frame))
+            now = time.monotonic_ns()
+            if sound is Sound.PHRASE:
+                stages.phrase_sent(now)
+            else:
+                stages.audio_sent(now, sound is Sound.FILLER)
+            reply.last_frame_ns = now
+            duration_ns = int(len(frame) * ns_per_byte)
+            reply.audio_ns += duration_ns
+            self._tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
+
+    async def fill_silence(self) -> None:
+        """Say the filler if the first words miss the first token's deadline (the frames
+        queue is still empty then: no token, no clause, no reply audio)."""
+        stages, cfg = self._stages, self._services.config
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.first_words.wait(), stages.first_token_wait_s())
+            return
+        stages.missed("llm_first_token")
+        filler = self._services.filler
+        if self._cancel.cancelled or filler is None or not cfg.deadlines.filler:
+            return
+        stages.filler(cfg.deadlines.filler)
+        resampler = StreamResampler(filler.rate, self._rate)
+        audio = resampler.process(filler.audio, last=True)
+        framer = Pcm16Framer(self._rate * cfg.audio.out_frame_ms // 1000)
+        pcm = [*framer.push(float_to_pcm16(audio)), *framer.flush(pad=True)]
+        self._tracker.add_clause("", sum(len(f) // 2 for f in pcm))
+        self.filler_queued = True
+        for frame in pcm:
+            await self._frames.put((frame, Sound.FILLER))
+
+    def _dry_at_ns(self, frames_waiting: int) -> int:
+        """When the client will have played everything sent and queued: a later clause
+        is due a little before that, so it can wait for a first clause of another call."""
+        cfg = self._services.config.audio
+        now = time.monotonic_ns()
+        queued_ns = frames_waiting * cfg.out_frame_ms * 1_000_000
+        return max(now, self._pacer.ends_at_ns) + queued_ns - TTS_MARGIN_NS

@@ -1,0 +1,230 @@
+"""Tool calls inside a reply: what the caller hears and what is recorded, in which order.
+
+When the model calls a tool, the reply (``reply.py``) hands the call to a
+:class:`ToolRound`. The round waits until a held reply is confirmed (nothing runs on a
+turn the caller may still be speaking), puts the caller's words and the call into the
+history and the store, tells the client (``tool.started``), runs each call through the
+session's :class:`~voxpipe.conversation.tool_ledger.ToolLedger`, and tells the client
+again (``tool.finished``) once the result is recorded; then the reply asks the model
+again, with the results. A call of the client's own tools (Realtime) is not run: the
+reply ends there and the client answers it.
+
+Meanwhile a :class:`SilenceGuard` keeps the line alive: from the first sign of a call
+(the model writing one) until the answer's first words, it says the tool's phrase once
+the call has run about 300 ms (a second after a filler, never on top of it) and a short
+follow-up whenever the silence would otherwise pass 1.5 s.
+
+A barge-in stops the round: the ledger cancels a read-only tool and lets any other run to
+its end (``tool_ledger.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from voxpipe.agent import ToolCall, ToolEffect, ToolResult, ToolStatus
+from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
+from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
+from voxpipe.engines.base import CancelToken, ToolCallDelta, ToolCallRequest
+from voxpipe.observability.stages import StageTimer
+
+PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
+AFTER_FILLER_S = 1.0  # ... but not within this long after other words (the filler)
+MAX_SILENCE_S = 1.5  # the longest silence the caller hears while a tool runs
+SPEAK_AHEAD_S = 0.5  # a follow-up is queued this long before that: the TTS takes time
+TICK_S = 0.05
+FOLLOW_UPS = ("Still working on it.", "Almost there.", "Thanks for waiting.")
+NOT_RUN = "not run: the caller spoke first"
+MAX_TOOL_ROUNDS = 3  # requests with tools in one turn; the next one answers without
+
+
+class ToolOutcome(enum.Enum):
+    ANSWER = "answer"  # the results are in the history: ask the model again
+    CONFIRM = "confirm"  # a tool changed something: the model says so, with no tools
+    REPEATED = "repeated"  # it asked again for what it has: it answers, with no tools
+    CLIENT = "client"  # the client runs a call: the reply ends here
+    STOPPED = "stopped"  # the reply was stopped (a barge-in, the call closing)
+
+    @property
+    def asks_again(self) -> bool:
+        return self in (ToolOutcome.ANSWER, ToolOutcome.CONFIRM, ToolOutcome.REPEATED)
+
+
+@dataclass(frozen=True)
+class ReplyVoice:
+    """What a tool round borrows from its reply."""
+
+    turn_id: int
+    cancel: CancelToken
+    stages: StageTimer
+    emit: Callable[[Event], Awaitable[None]]
+    say: Callable[[str], Awaitable[None]]  # a phrase: spoken, but not part of the answer
+    keep_talking: Callable[[str], None]  # start a SilenceGuard (first phrase), if none runs
+    confirmed: Callable[[], Awaitable[bool]]  # a held reply is released; False: thrown away
+    commit_turn: Callable[[], None]  # the caller's words join the history ahead of a call
+
+
+class ToolRound:
+    """The tool calls of one LLM request of a reply."""
+
+    def __init__(self, voice: ReplyVoice, ledger: ToolLedger) -> None:
+        self._voice = voice
+        self._ledger = ledger
+
+    async def writing(self, delta: ToolCallDelta) -> None:
+        """The model is writing a call's arguments: a client sees its own tool's arguments
+        come; a server tool's phrase is due from now."""
+        if self._ledger.runs_on_client(delta.name):
+            await self._voice.emit(
+                ToolArgumentsDelta(
+                    self._voice.turn_id, delta.call_id, delta.name, delta.arguments_delta
+                )
+            )
+        elif delta.name:
+            self._voice.keep_talking(self._phrase(delta.name))
+
+    def _phrase(self, name: str) -> str:
+        tool = self._ledger.tool(name)
+        return tool.policy.phrase if tool is not None else ""
+
+    async def run(self, calls: Sequence[ToolCallRequest], text: str = "") -> ToolOutcome:
+        """Record ``calls`` (made after saying ``text``) and run the server's; the results
+        are in the history when this returns ANSWER or CONFIRM.
+
+        A small model, shown a result, often makes the same call again: a call this turn
+        already made (same tool, same arguments) is dropped, not run, and the model answers
+        without tools (REPEATED). Once a tool has changed something, the model's next words
+        confirm it, without tools (CONFIRM): a second booking is never a mistake away."""
+        voice, ledger = self._voice, self._ledger
+        calls = [c for c in calls if not ledger.made_before(voice.turn_id, c)]
+        if not calls:
+            return ToolOutcome.REPEATED
+        if not await voice.confirmed():
+            return ToolOutcome.STOPPED
+        voice.commit_turn()
+        ledger.record_calls(voice.turn_id, calls, text)
+        outcome = ToolOutcome.ANSWER
+        for call in calls:
+            client = ledger.runs_on_client(call.name)
+            if client or outcome is not ToolOutcome.STOPPED:
+                await voice.emit(
+                    ToolStarted(
+                        voice.turn_id,
+                        call.call_id,
+                        call.name,
+                        dict(call.arguments),
+                        call.arguments_json,
+                        "client" if client else "server",
+                    )
+                )
+            if client:
+                outcome = ToolOutcome.CLIENT if outcome is ToolOutcome.ANSWER else outcome
+            elif outcome is ToolOutcome.STOPPED or voice.cancel.cancelled:
+                outcome = ToolOutcome.STOPPED
+                self._skip(call)
+            elif not await self._run_one(call):
+                outcome = ToolOutcome.STOPPED
+            elif outcome is ToolOutcome.ANSWER and self._changed_something(call):
+                outcome = ToolOutcome.CONFIRM
+        return outcome
+
+    def _changed_something(self, call: ToolCallRequest) -> bool:
+        tool = self._ledger.tool(call.name)
+        return (
+            tool is not None
+            and tool.policy.effect is ToolEffect.MUTATING
+            and self._ledger.answered_ok(call.call_id)
+        )
+
+    def _skip(self, request: ToolCallRequest) -> None:
+        """A call the reply never got to: answered as cancelled, so none waits forever."""
+        call = ToolCall(request.call_id, request.name, dict(request.arguments))
+        run = ToolRun(self._voice.turn_id, request, self._ledger.tool(request.name))
+        self._ledger.settle(run, ToolResult.failed(call, ToolStatus.CANCELLED, NOT_RUN))
+
+    async def _run_one(self, call: ToolCallRequest) -> bool:
+        """Run one call; False if the reply was stopped before its result."""
+        voice = self._voice
+        voice.keep_talking(self._phrase(call.name))
+        run = self._ledger.start(voice.turn_id, call)
+        with voice.stages.tool(call.name, call.call_id) as timing:
+            try:
+                finished = await self._wait(run)
+            finally:
+                timing.status = str(run.result.status) if run.result is not None else "running"
+        if not finished or run.result is None:
+            if run.result is not None:  # cancelled with the reply (a read-only tool)
+                await voice.emit(run.finished())
+            return False
+        if run.result.status is ToolStatus.TIMEOUT and run.tool is not None:
+            await voice.say(run.tool.policy.timeout_phrase)
+        await voice.emit(run.finished())
+        return True
+
+    async def _wait(self, run: ToolRun) -> bool:
+        """Until the run ends or the reply is stopped (then the ledger decides what becomes
+        of the run); True if it ended first."""
+        stopped = asyncio.Event()
+        unregister = self._voice.cancel.on_cancel(stopped.set)
+        waiter = asyncio.ensure_future(stopped.wait())
+        try:
+            await asyncio.wait((run.task, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            unregister()
+            if not run.task.done():
+                self._ledger.stop(run)
+        return not stopped.is_set()
+
+
+class SilenceGuard:
+    """Says something whenever the caller would sit in silence while tools run (module
+    docstring). ``quiet_since_ns`` says when the caller's audio ran out (None: some is
+    still on its way); ``filler_played``: the reply said its filler."""
+
+    def __init__(
+        self,
+        phrase: str,
+        say: Callable[[str], Awaitable[None]],
+        quiet_since_ns: Callable[[], int | None],
+        filler_played: Callable[[], bool],
+        name: str = "silence-guard",
+    ) -> None:
+        self._phrase = phrase
+        self._say = say
+        self._quiet_since_ns = quiet_since_ns
+        self._filler_played = filler_played
+        self.said: list[str] = []
+        self._task = asyncio.create_task(self._run(), name=name)
+
+    async def _run(self) -> None:
+        started = time.monotonic_ns()
+        follow_ups = 0
+        while True:
+            await asyncio.sleep(TICK_S)
+            quiet_since = self._quiet_since_ns()
+            if quiet_since is None:
+                continue
+            now = time.monotonic_ns()
+            quiet_s = (now - max(quiet_since, started)) / 1e9
+            if not self.said and self._phrase:
+                if (now - started) / 1e9 < PHRASE_AFTER_S:
+                    continue
+                if self._filler_played() and (now - quiet_since) / 1e9 < AFTER_FILLER_S:
+                    continue
+                text = self._phrase
+            elif quiet_s >= MAX_SILENCE_S - SPEAK_AHEAD_S:
+                text = FOLLOW_UPS[follow_ups % len(FOLLOW_UPS)]
+                follow_ups += 1
+            else:
+                continue
+            self.said.append(text)
+            await self._say(text)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
