@@ -128,6 +128,45 @@ class ResponseDone(Event):
 
 
 @dataclass(frozen=True)
+class ToolArgumentsDelta(Event):
+    """A piece of a client tool's arguments as the model writes them, before its
+    :class:`ToolStarted` (a transport may drop these: the started event has them all)."""
+
+    type: ClassVar[str] = "tool.arguments.delta"
+    turn_id: int
+    call_id: str
+    name: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class ToolStarted(Event):
+    """The model called a tool: the server runs it (``executor`` "server"), or the client
+    that declared it does (``"client"``), and the reply ends there."""
+
+    type: ClassVar[str] = "tool.started"
+    turn_id: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    arguments_json: str
+    executor: str  # server | client
+
+
+@dataclass(frozen=True)
+class ToolFinished(Event):
+    """A server tool's call is over; ``output`` is what the model sees of it."""
+
+    type: ClassVar[str] = "tool.finished"
+    turn_id: int
+    call_id: str
+    name: str
+    status: str
+    duration_ms: float
+    output: str
+
+
+@dataclass(frozen=True)
 class PlaybackClear(Event):
     """Barge-in: drop every reply frame still buffered; none after ``last_seq`` will come."""
 
