@@ -23,7 +23,15 @@ from bench.tool_eval.dataset import Utterance
 from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from voxpipe.agent import Agent
 from voxpipe.config import Config
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmEngine, LlmUsage, SttEngine
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    LlmEngine,
+    LlmUsage,
+    SttEngine,
+    ToolCallRequest,
+    ToolSpec,
+)
 
 TOOLS_UNSUPPORTED = "tools not supported by this engine"
 
@@ -36,9 +44,9 @@ def takes_tools(llm: LlmEngine) -> bool:
         return False
 
 
-def tools_argument(agent: Agent) -> list[dict[str, Any]]:
-    """The agent's tools as the engine is given them: OpenAI function definitions."""
-    return [tool.spec.openai_tool() for tool in agent.python_tools]
+def tools_argument(agent: Agent) -> list[ToolSpec]:
+    """The agent's tools as the engine is given them."""
+    return [tool.spec for tool in agent.python_tools]
 
 
 class EngineRun:
@@ -89,7 +97,7 @@ class EngineRun:
         return outcomes
 
     def _answer(
-        self, session: str, agent: Agent, id_: str, heard: str, tools: list[dict[str, Any]] | None
+        self, session: str, agent: Agent, id_: str, heard: str, tools: list[ToolSpec] | None
     ) -> Outcome:
         messages = [ChatMessage("system", agent.instructions), ChatMessage("user", heard)]
         extra: dict[str, Any] = {} if tools is None else {"tools": tools}
@@ -99,11 +107,8 @@ class EngineRun:
             for item in self.llm.stream(session, messages, CancelToken(), LlmUsage(), **extra):
                 if isinstance(item, str):
                     text.append(item)
-                else:  # a ToolCallRequest (voxpipe.engines.base)
-                    name = str(getattr(item, "name", ""))
-                    outcome.calls.append(
-                        CalledTool(name, arguments_of(getattr(item, "arguments", None)))
-                    )
+                elif isinstance(item, ToolCallRequest):  # deltas only show it being written
+                    outcome.calls.append(CalledTool(item.name, arguments_of(item.arguments)))
         finally:
             self.llm.forget(session)
         outcome.reply = "".join(text).strip()

@@ -3,17 +3,20 @@
 An OpenAI SDK (or any Realtime client) pointed at voxpipe holds a spoken
 conversation with the local models. This module translates only: client events
 become :class:`~voxpipe.conversation.session.Session` calls (audio appends, manual
-commits, ``response.create``, item edits), and the session's events become the
-Realtime server events, in the GA names or the beta ones. Conversation items are
-voxpipe turns seen from the client: a committed user turn is a user audio item, a
-reply is an assistant audio item; item ids (``item_…``) and response ids
-(``resp_…``) are made here, and every decision (turn-taking, barge-in, what the
-history keeps) is the session's.
+commits, ``response.create``, item edits, the client's own tools), and the session's
+events become the Realtime server events, in the GA names or the beta ones.
+Conversation items are voxpipe turns seen from the client: a committed user turn is a
+user audio item, a reply is an assistant audio item, a tool call a function call
+item; item ids (``item_…``) and response ids (``resp_…``) are made here, and every
+decision (turn-taking, barge-in, what the history keeps, which tool runs where) is
+the session's.
 
 The connection reads the socket, checks each event and hands it on: the session
 settings and the input audio buffer are handled here, item edits in
-``realtime_item_edits.py``, responses in ``realtime_responses.py``; the session's
-events go to ``realtime_user_items.py`` (the caller's turns) and to the responses.
+``realtime_item_edits.py``, the client's tools in ``realtime_tools.py``, responses in
+``realtime_responses.py`` (their function calls in ``realtime_function_calls.py``); the
+session's events go to ``realtime_user_items.py`` (the caller's turns) and to the
+responses.
 Everything sent goes through one :class:`~voxpipe.transports.realtime_wire.ServerEvents`.
 
 A dropped connection ends the call: the Realtime API has no resume.
@@ -42,6 +45,9 @@ from voxpipe.conversation.events import (
     ResponseTextDelta,
     SpeechStarted,
     SpeechStopped,
+    ToolArgumentsDelta,
+    ToolFinished,
+    ToolStarted,
     Transcript,
     TranscriptPartial,
 )
@@ -248,6 +254,11 @@ class RealtimeConnection:
         settings = self.settings.updated(update.session, shape)
         vad = settings.turn_detection
         turn = vad.turn_config(self.session.turn_config) if vad is not None else None
+        if settings.tools != self.settings.tools:
+            try:  # first: a refusal must leave the session as it was
+                self.session.set_client_tools(settings.tools.specs, settings.tools.choice)
+            except ValueError as exc:  # e.g. a name the server's own tools already use
+                raise RealtimeError("invalid_value", str(exc), "session.tools") from None
         if shape is Dialect.BETA:
             self.out.dialect = Dialect.BETA  # a flat session.update: the client speaks beta
         self.settings = settings
@@ -314,6 +325,12 @@ class RealtimeConnection:
             self.user_items.partial(event)
         elif isinstance(event, ResponseTextDelta):
             self.responses.text_delta(event)
+        elif isinstance(event, ToolArgumentsDelta):
+            self.responses.tool_arguments_delta(event)
+        elif isinstance(event, ToolStarted):
+            self.responses.tool_started(event)
+        elif isinstance(event, ToolFinished):
+            self.responses.tool_finished(event)
         elif isinstance(event, ResponseDone):
             self.user_items.turn_over(event.turn_id)
             self.responses.done(event)

@@ -14,9 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxpipe.engines.base import TOOL_NAME
 from voxpipe.transports.realtime_wire import Dialect
 
 MAX_INSTRUCTIONS = 8000  # characters, as the native protocol's session.start
+MAX_TOOL_DESCRIPTION = 4000  # characters: it goes into every prompt
 
 
 class _Strict(BaseModel):
@@ -62,6 +64,15 @@ class GaAudioIn(_Strict):
 
 
 Modality = Literal["text", "audio"]
+
+
+class FunctionToolIn(_Strict):
+    """One of ``session.tools``: a function the client runs when the model calls it."""
+
+    type: Literal["function"] = "function"
+    name: str = Field(pattern=TOOL_NAME.pattern)
+    description: str = Field("", max_length=MAX_TOOL_DESCRIPTION)
+    parameters: dict[str, Any] | None = None
 
 
 class GaSessionIn(_Strict):

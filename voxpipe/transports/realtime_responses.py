@@ -1,11 +1,13 @@
 """voxpipe's replies as Realtime responses: ``response.created`` to ``response.done``.
 
 One voxpipe reply is one response (``resp_…``) with at most one assistant item,
-audio with its transcript or, in a text-only session, text. A response begins when
-the client asks (``response.create``) or, with server VAD, at the reply's first
-output; its end maps voxpipe's reply status onto the Realtime's (completed,
-cancelled with a reason, failed). Whether to answer, and what a cancel or a
-barge-in does, is the session's; this module only describes the reply.
+audio with its transcript or, in a text-only session, text, and the model's tool
+calls as ``function_call`` items (``realtime_function_calls.py``), each at the
+output index of its arrival. A response begins when the client asks
+(``response.create``) or, with server VAD, at the reply's first output; its end
+maps voxpipe's reply status onto the Realtime's (completed, cancelled with a
+reason, failed). Whether to answer, and what a cancel or a barge-in does, is the
+session's; this module only describes the reply.
 """
 
 from __future__ import annotations
@@ -15,11 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from voxpipe.conversation.events import AudioOut, ErrorCode, ResponseDone, ResponseTextDelta
+from voxpipe.conversation.events import (
+    AudioOut,
+    ErrorCode,
+    ResponseDone,
+    ResponseTextDelta,
+    ToolArgumentsDelta,
+    ToolFinished,
+    ToolStarted,
+)
 from voxpipe.conversation.session import Session
 from voxpipe.transports.realtime_audio import OutboundAudio
 from voxpipe.transports.realtime_client_events import ResponseCancel, ResponseCreate
-from voxpipe.transports.realtime_items import Item, Items
+from voxpipe.transports.realtime_function_calls import FunctionCalls
+from voxpipe.transports.realtime_items import AnyItem, Item, Items
 from voxpipe.transports.realtime_session import SessionSettings
 from voxpipe.transports.realtime_wire import (
     Dialect,
@@ -32,13 +43,15 @@ from voxpipe.transports.realtime_wire import (
 
 @dataclass
 class Response:
-    """A response in flight: one voxpipe reply, at most one assistant item."""
+    """A response in flight: one voxpipe reply, at most one assistant item, and its
+    function calls."""
 
     id: str
     turn_id: int
     text_only: bool
     encoder: OutboundAudio
-    item: Item | None = None
+    item: Item | None = None  # the assistant message
+    outputs: list[AnyItem] = field(default_factory=list)  # output_index order
     generated: str = ""
     metadata: dict[str, str] | None = None
     client_stopped: bool = False  # a truncate or cancel from the client ended it
@@ -63,6 +76,7 @@ class Responses:
         self.session = session
         self.settings = settings
         self._responses: dict[int, Response] = {}
+        self.calls = FunctionCalls(out, items)
 
     # -- client events --------------------------------------------------------
 
@@ -125,6 +139,17 @@ class Responses:
             return  # the reply is still paced as speech; only its text goes out
         self._send_audio(response, response.encoder.encode(frame.pcm))
 
+    def tool_arguments_delta(self, event: ToolArgumentsDelta) -> None:
+        response = self._responses.get(event.turn_id) or self._start(event.turn_id)
+        self.calls.arguments_delta(response.id, response.outputs, event)
+
+    def tool_started(self, event: ToolStarted) -> None:
+        response = self._responses.get(event.turn_id) or self._start(event.turn_id)
+        self.calls.started(response.id, response.outputs, event)
+
+    def tool_finished(self, event: ToolFinished) -> None:
+        self.calls.finished(event)
+
     def done(self, event: ResponseDone) -> None:
         for of_turn in self.items.of_turn(event.turn_id):
             of_turn.finished = True
@@ -153,9 +178,13 @@ class Responses:
             )
             wire = item.wire(self.out.dialect)
             self.out.emit(
-                "response.output_item.done", response_id=response.id, output_index=0, item=wire
+                "response.output_item.done",
+                response_id=response.id,
+                output_index=part["output_index"],
+                item=wire,
             )
             self.out.emit("conversation.item.done", previous_item_id=None, item=wire)
+        self.calls.cut(response.id, response.outputs)
         self.out.emit("response.done", response=self._response_object(response, status, details))
 
     # -- the response and its item ------------------------------------------------
@@ -180,10 +209,14 @@ class Responses:
             item = Item(new_id("item"), "assistant", not response.text_only, turn_id=turn_id)
             item.status = "in_progress"
             response.item = item
+            response.outputs.append(item)
             previous = self.items.add(item)
             wire = item.wire(self.out.dialect)
             self.out.emit(
-                "response.output_item.added", response_id=response.id, output_index=0, item=wire
+                "response.output_item.added",
+                response_id=response.id,
+                output_index=len(response.outputs) - 1,
+                item=wire,
             )
             self.out.emit("conversation.item.added", previous_item_id=previous, item=wire)
             self.out.emit(
@@ -210,7 +243,7 @@ class Responses:
         return {
             "response_id": response.id,
             "item_id": response.item.id,
-            "output_index": 0,
+            "output_index": response.outputs.index(response.item),
             "content_index": 0,
         }
 
@@ -227,13 +260,14 @@ class Responses:
     ) -> dict[str, Any]:
         dialect = self.out.dialect
         settings = self.settings()
-        item = response.item
         body: dict[str, Any] = {
             "id": response.id,
             "object": "realtime.response",
             "status": status,
             "status_details": details,
-            "output": [] if item is None or status == "in_progress" else [item.wire(dialect)],
+            "output": []
+            if status == "in_progress"
+            else [item.wire(dialect) for item in response.outputs],
             "conversation_id": None,
             "metadata": response.metadata,
             "usage": None,

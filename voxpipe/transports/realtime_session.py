@@ -2,8 +2,8 @@
 and ``session.updated`` report.
 
 voxpipe honours the settings it can (instructions, turn detection, audio formats,
-text-only replies) and reports every field with the value in force, so a client
-sees what it will get. Turn detection maps to voxpipe's
+text-only replies, the client's function tools) and reports every field with the value
+in force, so a client sees what it will get. Turn detection maps to voxpipe's
 :class:`~voxpipe.config.TurnConfig`; ``turn_detection: null`` means the client
 commits turns itself. The connection hands the settings to the session, which acts
 on them.
@@ -11,7 +11,7 @@ on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,6 +24,7 @@ from voxpipe.transports.realtime_client_events import (
     GaSessionIn,
     TurnDetectionIn,
 )
+from voxpipe.transports.realtime_tools import ClientTools
 from voxpipe.transports.realtime_wire import Dialect, RealtimeError
 
 _EAGERNESS_SILENCE_MS = {"low": 900, "medium": 500, "auto": 500, "high": 300}
@@ -103,6 +104,7 @@ class SessionSettings:
     text_only: bool = False
     transcription: dict[str, Any] | None = None
     temperature: float = 0.8
+    tools: ClientTools = field(default_factory=ClientTools)
 
     def updated(self, session: dict[str, Any], shape: Dialect) -> SessionSettings:
         """These settings with a ``session.update``'s ``session`` applied (only the fields
@@ -121,8 +123,11 @@ class SessionSettings:
             return None
         return (self.turn_detection or self.vad_defaults).merged(value)
 
+    def _tools(self, s: GaSessionIn | BetaSessionIn) -> ClientTools:
+        return self.tools.updated(s.tools, s.tool_choice, "tool_choice" in s.model_fields_set)
+
     def _updated_ga(self, s: GaSessionIn) -> SessionSettings:
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] = {"tools": self._tools(s)}
         if s.instructions is not None:
             changes["instructions"] = s.instructions
         if s.output_modalities is not None:
@@ -141,7 +146,10 @@ class SessionSettings:
 
     def _updated_beta(self, s: BetaSessionIn) -> SessionSettings:
         given = s.model_fields_set
-        changes: dict[str, Any] = {"turn_detection": self._vad(given, s.turn_detection)}
+        changes: dict[str, Any] = {
+            "turn_detection": self._vad(given, s.turn_detection),
+            "tools": self._tools(s),
+        }
         if s.instructions is not None:
             changes["instructions"] = s.instructions
         if s.modalities is not None:
@@ -171,8 +179,8 @@ class SessionSettings:
                 "input_audio_transcription": self.transcription,
                 "turn_detection": vad,
                 "input_audio_noise_reduction": None,
-                "tools": [],
-                "tool_choice": "auto",
+                "tools": self.tools.wire_tools(),
+                "tool_choice": self.tools.wire_choice(),
                 "temperature": self.temperature,
                 "max_response_output_tokens": self.max_output_tokens,
                 "speed": 1.0,
@@ -185,8 +193,8 @@ class SessionSettings:
             "model": self.model,
             "output_modalities": ["text"] if self.text_only else ["audio"],
             "instructions": self.instructions,
-            "tools": [],
-            "tool_choice": "auto",
+            "tools": self.tools.wire_tools(),
+            "tool_choice": self.tools.wire_choice(),
             "max_output_tokens": self.max_output_tokens,
             "tracing": None,
             "truncation": "auto",

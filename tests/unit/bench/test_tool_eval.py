@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,13 @@ from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from bench.tool_eval.voices import Voices
 from voxpipe.agent import load_agent
 from voxpipe.clients.native_client import TurnResult
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    LlmUsage,
+    ToolCallDelta,
+    ToolCallRequest,
+)
 
 DAY = dt.date(2026, 3, 12)  # a Thursday
 RESTAURANT_AGENT = f"{scoring.EXAMPLE / 'agent.py'}:agent"
@@ -281,15 +287,6 @@ def test_arguments_of() -> None:
 # -- the two modes, without a model -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FakeToolCall:
-    """What ``voxpipe.engines.base.ToolCallRequest`` carries, as far as the eval reads it."""
-
-    call_id: str
-    name: str
-    arguments: dict[str, Any]
-
-
 class ToolLlm:
     """An engine with the LLM side of tool calls: books whenever it is offered tools."""
 
@@ -310,11 +307,9 @@ class ToolLlm:
     ) -> Iterator[Any]:
         self.offered.append(tools)
         if tools:
-            yield FakeToolCall(
-                "c1",
-                "book_table",
-                {"name": "Smith", "date": "tonight", "time": "7pm", "party_size": 2},
-            )
+            arguments = {"name": "Smith", "date": "tonight", "time": "7pm", "party_size": 2}
+            yield ToolCallDelta("c1", "book_table", json.dumps(arguments))  # not a call
+            yield ToolCallRequest("c1", "book_table", arguments, json.dumps(arguments))
         yield from ("You ", "said: ", messages[-1].content)
 
     def forget(self, session_id: str) -> None:
@@ -355,7 +350,7 @@ def test_engines_mode_offers_the_agents_tools_and_reads_tool_calls() -> None:
     ]
     assert outcome.reply == "You said: Book for Smith."
     offered = llm.offered[0]
-    assert [t["function"]["name"] for t in offered] == [
+    assert [t.name for t in offered] == [
         "check_availability",
         "book_table",
         "cancel_booking",

@@ -54,7 +54,7 @@ def item(**fields: Any) -> dict[str, Any]:
 CASES: list[tuple[str | bytes | dict[str, Any], str, str | None]] = [
     (b"\x00\x01", "invalid_value", None),  # audio goes in base64 appends
     ("x" * (MAX_MESSAGE_BYTES + 1), "message_too_large", None),
-    (item(type="function_call"), "invalid_value", "item.type"),
+    (item(type="function_call"), "invalid_value", "item.role"),  # a function item has none
     (item(role=None), "missing_required_parameter", "item.role"),
     (item(content=[{"type": "input_audio", "audio": ""}]), "invalid_value", "item.content.0.type"),
     ({**item(), "previous_item_id": "item_nope"}, "invalid_value", "previous_item_id"),
