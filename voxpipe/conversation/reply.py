@@ -8,10 +8,9 @@ be paused (the caller may be starting to talk), resumed (it was only a
 backchannel) or interrupted (barge-in): the LLM and TTS stop, the client is
 told to clear its buffer, and the text kept is what the caller heard.
 
-With tools (the agent's, or a client's), the model may call one instead of answering: the
-call runs inside the reply (``tool_step.py``) and the model is asked again with its result,
-up to three times; the caller hears the tool's phrase meanwhile, never a long silence.
-Without tools a reply is exactly one LLM request.
+With tools, the model may call one instead of answering: the call runs inside the reply
+(``tool_step.py``), the model is asked again with its result (up to three times), and the
+caller hears the tool's phrase meanwhile. Without tools a reply is one LLM request.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from voxpipe.conversation.tool_step import (
     SilenceGuard,
     ToolOutcome,
     ToolRound,
+    ends_on_result,
 )
 from voxpipe.engines.base import (
     CancelToken,
@@ -383,13 +383,15 @@ class Reply:
     def _offered(self, round_no: int) -> tuple[list[ToolSpec] | None, str]:
         """The tools of request ``round_no`` and the tool choice. Every request of a call
         has the same tools in its prompt (its cached prefix holds); a request that may not
-        call (the fourth, or after a tool changed something) is told "none"."""
+        call (the fourth, after a tool changed something, or asked for on a client tool's
+        output) is told "none"."""
         ledger = self.ctx.ledger
         tools = ledger.offered() if ledger is not None and self.text is None else None
         if not tools or ledger is None:
             return None, "auto"
         self.stages.offer_tools()
-        if round_no >= MAX_TOOL_ROUNDS or self._tools_closed:
+        answering = not round_no and self.audio is None and ends_on_result(self.ctx.history())
+        if round_no >= MAX_TOOL_ROUNDS or self._tools_closed or answering:
             return tools, "none"
         return tools, ledger.tool_choice if round_no == 0 else "auto"
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from voxpipe.agent import ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
 from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
-from voxpipe.engines.base import CancelToken, ToolCallDelta, ToolCallRequest
+from voxpipe.engines.base import CancelToken, ChatMessage, ToolCallDelta, ToolCallRequest
 from voxpipe.observability.stages import StageTimer
 
 PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
@@ -228,3 +228,10 @@ class SilenceGuard:
     async def stop(self) -> None:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+def ends_on_result(messages: Sequence[ChatMessage]) -> bool:
+    """The conversation ends on a tool's result: a client ran its tool, sent the output and
+    asked for a response. That response answers it in words: a small model shown a result
+    otherwise calls the same tool again, as it would after a server tool."""
+    return bool(messages) and messages[-1].role == "tool"

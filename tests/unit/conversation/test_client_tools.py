@@ -57,6 +57,9 @@ async def test_a_client_tool_call_ends_the_reply_and_waits_for_its_output(
     assert call.session.respond() == 2
     await call.idle()
     assert [m.role for m in llm.calls[1]] == ["system", "user", "assistant", "tool"]
+    # Asked for on the output, the reply answers it in words: the tools stay in the prompt
+    # (its cached prefix holds) but the model may not call one again.
+    assert llm.tool_choices == ["auto", "none"]
     assert call.of(ResponseDone)[-1].text == "Found you, Mr Smith."
 
 
