@@ -53,21 +53,10 @@ class EngineRun:
     """The STT and LLM engines of ``config``, loaded once for the whole run."""
 
     def __init__(self, config: Config, with_stt: bool = True) -> None:
-        from voxpipe.engines.loader import limit_numpy_threads, load_llm
+        from voxpipe.engines.loader import limit_numpy_threads, load_llm, load_stt
 
         limit_numpy_threads()
-        self.stt: SttEngine | None = None
-        if with_stt:
-            from voxpipe.engines.whisper_stt import WhisperStt
-
-            self.stt = WhisperStt(
-                config.stt.model_path,
-                compute_type=config.stt.compute_type,
-                threads=config.stt.threads,
-                language=config.stt.language,
-                beam_size=config.stt.beam_size,
-                window=config.stt.window,
-            )
+        self.stt: SttEngine | None = load_stt(config) if with_stt else None
         self.llm = load_llm(config)
         self.tools_supported = takes_tools(self.llm)
 

@@ -54,6 +54,20 @@ def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
     ]  # fmt: skip
 
 
+def load_stt(config: Config) -> SttEngine:
+    """Whisper as ``stt`` configures it."""
+    from voxpipe.engines.whisper_stt import WhisperStt
+
+    return WhisperStt(
+        config.stt.model_path,
+        compute_type=config.stt.compute_type,
+        threads=config.stt.threads,
+        language=config.stt.language,
+        beam_size=config.stt.beam_size,
+        window=config.stt.window,
+    )
+
+
 def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) -> LlmEngine:
     """The embedded model, or the client of a remote one (``llm.engine``), which tells
     ``on_refusal`` of every request the remote server refused."""
@@ -96,20 +110,12 @@ def load_engines(
     warm-up inference on each. ``on_refusal`` hears of a remote LLM's refusals."""
     from voxpipe.engines.piper_tts import PiperTts
     from voxpipe.engines.silero_vad import SileroVad
-    from voxpipe.engines.whisper_stt import WhisperStt
 
     limit_numpy_threads()
     t0 = time.monotonic()
     engines = Engines(
         vad=SileroVad(config.vad.model_path, threads=config.vad.threads),
-        stt=WhisperStt(
-            config.stt.model_path,
-            compute_type=config.stt.compute_type,
-            threads=config.stt.threads,
-            language=config.stt.language,
-            beam_size=config.stt.beam_size,
-            window=config.stt.window,
-        ),
+        stt=load_stt(config),
         llm=load_llm(config, on_refusal),
         tts=PiperTts(config.tts.model_path, threads=config.tts.threads,
                      length_scale=config.tts.length_scale),
