@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import uvicorn
@@ -14,6 +15,18 @@ from voxpipe.agent import Agent
 from voxpipe.config import Config
 from voxpipe.loadtest.server_process import free_port
 from voxpipe.server.app import EngineFactory, create_app
+
+
+def quiet_config(**sections: Any) -> Config:
+    """What the in-process protocol tests serve: no turn log, no store, no filler, and a
+    300 ms end-of-turn silence so a turn ends quickly; ``sections`` add to it."""
+    return Config.load(
+        server={"turn_log_path": None, **sections.pop("server", {})},
+        store={"path": None},
+        deadlines={"filler": ""},
+        turn={"silence_ms": 300},
+        **sections,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ from websockets.asyncio.client import ClientConnection
 
 from tests.support import metric_value
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from tests.unit.transports.in_process import serving
+from tests.unit.transports.in_process import quiet_config, serving
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
 
@@ -56,13 +56,7 @@ class App:
 async def serve(clause_samples: int = 1600, **sections: Any) -> AsyncIterator[App]:
     """The real app on fake engines: every turn is heard as "hello there" and answered
     "Hello there." in one clause of ``clause_samples`` at 16 kHz."""
-    config = Config.load(
-        server={"turn_log_path": None, **sections.pop("server", {})},
-        store={"path": None},
-        deadlines={"filler": ""},
-        turn={"silence_ms": 300},
-        **sections,
-    )
+    config = quiet_config(**sections)
 
     def engines(config: Config) -> Engines:
         tts = FakeTts(samples_per_clause=clause_samples)

@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.unit.conversation.tools_support import called
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from tests.unit.transports.in_process import serving
+from tests.unit.transports.in_process import quiet_config, serving
 from tests.unit.transports.native_wire import TIMEOUT_S, App, speech
 from voxpipe.agent import Agent, tool
 from voxpipe.config import Config
@@ -33,12 +33,7 @@ AGENT = Agent(instructions="You book tables.", greeting=GREETING, tools=[book_ta
 
 @contextlib.asynccontextmanager
 async def serve_agent(llm: FakeLlm) -> AsyncIterator[App]:
-    config = Config.load(
-        server={"turn_log_path": None},
-        store={"path": None},
-        deadlines={"filler": ""},
-        turn={"silence_ms": 300},
-    )
+    config = quiet_config()
 
     def engines(config: Config) -> Engines:
         return Engines(FakeVad(), FakeStt("book for two, Smith"), llm, FakeTts())

@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from tests.realtime_client import RATE, Listener, silence
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from tests.unit.transports.in_process import serving
+from tests.unit.transports.in_process import quiet_config, serving
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
@@ -32,13 +32,7 @@ def loud(seconds: float) -> bytes:
 
 @contextlib.asynccontextmanager
 async def serve(**sections: dict[str, Any]) -> AsyncIterator[int]:
-    config = Config.load(
-        server={"turn_log_path": None},
-        store={"path": None},
-        deadlines={"filler": ""},
-        turn={"silence_ms": 300},
-        **sections,
-    )
+    config = quiet_config(**sections)
 
     def engines(config: Config) -> Engines:
         return Engines(

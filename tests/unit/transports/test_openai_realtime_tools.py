@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from tests.unit.transports.in_process import serving
+from tests.unit.transports.in_process import quiet_config, serving
 from tests.unit.transports.test_openai_realtime import TIMEOUT_S, connect, error_of, speak
 from voxpipe.config import Config
 from voxpipe.conversation.session import Session
@@ -44,12 +44,7 @@ ANSWER = ["Your table", " is booked."]
 
 @contextlib.asynccontextmanager
 async def serve(llm: FakeLlm) -> AsyncIterator[int]:
-    config = Config.load(
-        server={"turn_log_path": None},
-        store={"path": None},
-        deadlines={"filler": ""},
-        turn={"silence_ms": 300},
-    )
+    config = quiet_config()
 
     def engines(config: Config) -> Engines:
         return Engines(FakeVad(), FakeStt("book a table"), llm, FakeTts(samples_per_clause=8000))

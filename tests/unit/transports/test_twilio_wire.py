@@ -17,7 +17,7 @@ import websockets
 
 from tests.support import metric_value
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
-from tests.unit.transports.in_process import serving
+from tests.unit.transports.in_process import quiet_config, serving
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
@@ -30,10 +30,7 @@ QUIET = ulaw_encode(bytes(320))
 
 @contextlib.asynccontextmanager
 async def serve() -> AsyncIterator[tuple[int, Any]]:
-    config = Config.load(
-        server={"turn_log_path": None}, store={"path": None}, deadlines={"filler": ""},
-        turn={"silence_ms": 300},
-    )  # fmt: skip
+    config = quiet_config()
 
     def engines(config: Config) -> Engines:
         return Engines(FakeVad(), FakeStt(), FakeLlm(), FakeTts(samples_per_clause=3200))
