@@ -166,7 +166,7 @@ class Line:
     played everything received, whether new reply audio came, and afterwards every reply
     frame with its arrival."""
 
-    def __init__(self, transport: str, port: int, instructions: str) -> None:
+    def __init__(self, transport: str, port: int, instructions: str | None) -> None:
         ws = f"ws://127.0.0.1:{port}"
         self.transport = transport
         self.caller: NativeCaller | TwilioCaller

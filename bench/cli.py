@@ -53,6 +53,12 @@ def cmd_tool_eval(args: argparse.Namespace) -> int:
     return tool_eval_main(args)
 
 
+def cmd_tool_turns(args: argparse.Namespace) -> int:
+    from bench.tool_turns import main as tool_turns_main
+
+    return tool_turns_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -200,6 +206,36 @@ def build_parser() -> argparse.ArgumentParser:
     tool_eval.add_argument("--quiet", action="store_true", help="no lines per utterance")
     tool_eval.add_argument("--out", type=Path, default=Path("bench-results/tool-eval.json"))
     tool_eval.set_defaults(func=cmd_tool_eval)
+
+    tool_turns = sub.add_parser(
+        "tool-turns",
+        help="first answer audio on tool turns against plain turns, in the same calls to the "
+        "restaurant agent over Twilio and native: fillers, tool phrases, silences, failures",
+    )
+    tool_turns.add_argument("--config", type=Path, help="base server config (JSON)")
+    tool_turns.add_argument("--calls", type=int, default=3, help="calls per transport")
+    tool_turns.add_argument(
+        "--turns", type=int, default=20, help="sentences per call, plain and tool in turn"
+    )
+    tool_turns.add_argument("--transports", default="twilio,native", help="comma-separated")
+    tool_turns.add_argument(
+        "--gap-ms", type=int, default=1500, help="quiet after which the caller talks anyway"
+    )
+    tool_turns.add_argument(
+        "--pause-ms", type=int, default=300, help="the caller's pause after an answer"
+    )
+    tool_turns.add_argument("--port", type=int, help="server port (default: a free one)")
+    tool_turns.add_argument(
+        "--audio-dir", type=Path, default=Path("var/tool-eval-audio"), help="the voiced cache"
+    )
+    tool_turns.add_argument(
+        "--timelines",
+        type=Path,
+        help="analyse the calls of an earlier run (its tool-turns-timelines.json) instead of "
+        "holding new ones",
+    )
+    tool_turns.add_argument("--out", type=Path, default=Path("bench-results/tool-turns.json"))
+    tool_turns.set_defaults(func=cmd_tool_turns)
     return parser
 
 

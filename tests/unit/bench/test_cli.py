@@ -11,7 +11,7 @@ import pytest
 from bench.cli import build_parser
 from voxpipe.cli import build_parser as product_parser
 
-COMMANDS = ["caller", "conversation", "transports", "cluster", "stt", "tool-eval"]
+COMMANDS = ["caller", "conversation", "transports", "cluster", "stt", "tool-eval", "tool-turns"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
