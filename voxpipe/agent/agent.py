@@ -49,6 +49,16 @@ class Agent:
         for server in self.mcp_servers:
             if not isinstance(server, McpServerConfig):
                 raise ToolDefinitionError(f"agent {self.name}: {server!r} is no McpServerConfig")
+        self._refuse_one_name_twice()
+
+    def _refuse_one_name_twice(self) -> None:
+        """Two declared tools with one name stop the agent here, before any model loads;
+        an MCP server's tools are known only once it is reached (the toolbox checks them)."""
+        seen: set[str] = set()
+        for name in [t.name for t in self.python_tools] + [h.name for h in self.http_tools]:
+            if name in seen:
+                raise ToolDefinitionError(f"agent {self.name}: two tools are named {name}")
+            seen.add(name)
 
     def _as_tool(self, value: Tool | Callable[..., Any]) -> Tool:
         if isinstance(value, Tool):

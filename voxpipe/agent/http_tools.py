@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from voxpipe.agent import schema
 from voxpipe.agent.tools import (
@@ -49,6 +49,19 @@ def expand_env(text: str) -> str:
         return os.environ[name]
 
     return _ENV_REFERENCE.sub(value, text)
+
+
+def http_url(url: str) -> str:
+    """``url`` with ``${NAME}`` expanded, if it is an http(s) URL; else ValueError (which a
+    pydantic validator reports under the field's name)."""
+    url = expand_env(url)
+    try:
+        scheme = httpx.URL(url).scheme
+    except httpx.InvalidURL as exc:  # not a ValueError: pydantic would let it escape raw
+        raise ValueError(f"not a valid URL: {exc}") from None
+    if scheme not in ("http", "https"):
+        raise ValueError("an http:// or https:// URL")
+    return url
 
 
 class ToolPolicyConfig(BaseModel):
@@ -85,10 +98,7 @@ class HttpToolConfig(ToolPolicyConfig):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
-        url = expand_env(url)
-        if httpx.URL(url).scheme not in ("http", "https"):
-            raise ValueError("an http:// or https:// URL")
-        return url
+        return http_url(url)
 
     @field_validator("headers")
     @classmethod
@@ -97,8 +107,8 @@ class HttpToolConfig(ToolPolicyConfig):
 
     @field_validator("parameters")
     @classmethod
-    def _parameters(cls, parameters: dict[str, Any]) -> dict[str, Any]:
-        return schema.checked("http tool", parameters)
+    def _parameters(cls, parameters: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return schema.checked(str(info.data.get("name", "http tool")), parameters)
 
 
 class HttpTool(Tool):

@@ -88,11 +88,7 @@ def load_agent_file(path: Path) -> Agent:
     try:
         spec = AgentFile.model_validate(data)
     except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        ]
-        raise AgentLoadError(f"agent file {path}: " + "; ".join(problems)) from None
+        raise AgentLoadError(f"agent file {path}: " + "; ".join(_problems(exc))) from None
     try:
         return Agent(
             instructions=spec.instructions,
@@ -144,4 +140,15 @@ def _import(module_name: str) -> Any:
 
 
 def _describe(exc: BaseException) -> str:
+    """One line: a pydantic error (an ``HttpToolConfig`` built in the agent's module) is
+    otherwise a paragraph."""
+    if isinstance(exc, ValidationError):
+        return f"{exc.title}: " + "; ".join(_problems(exc))
     return f"{type(exc).__name__}: {exc}"
+
+
+def _problems(error: ValidationError) -> list[str]:
+    return [
+        f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
+        for e in error.errors(include_url=False)
+    ]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, JsonValue, field_validator, model_validator
 
 from voxpipe.agent import schema
-from voxpipe.agent.http_tools import ToolPolicyConfig, expand_env
+from voxpipe.agent.http_tools import ToolPolicyConfig, expand_env, http_url
 from voxpipe.agent.tools import (
     Tool,
     ToolDefinitionError,
@@ -75,7 +75,7 @@ class McpServerConfig(ToolPolicyConfig):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str | None) -> str | None:
-        return None if url is None else expand_env(url)
+        return None if url is None else http_url(url)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, get_type_hints, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from voxpipe.agent import schema
@@ -110,7 +110,7 @@ def arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
     try:
         return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     except Exception as exc:  # a type pydantic cannot validate
-        raise ToolDefinitionError(f"tool {name}: {exc}") from exc
+        raise ToolDefinitionError(_untypable(name, fields, exc)) from exc
 
 
 def python_tool(
@@ -125,7 +125,8 @@ def python_tool(
     try:
         parameters = schema.compact(model.model_json_schema())
     except Exception as exc:  # a type with no JSON schema (a bare class, a callable)
-        raise ToolDefinitionError(f"tool {fn.__name__}: {exc}") from exc
+        fields = {n: (f.annotation, ...) for n, f in model.model_fields.items()}
+        raise ToolDefinitionError(_untypable(fn.__name__, fields, exc)) from exc
     about = description or inspect.getdoc(fn) or ""
     spec = tool_spec(name or fn.__name__, about.strip(), parameters)
     return PythonTool(fn, spec, policy or ToolPolicy(), model)
@@ -170,6 +171,22 @@ def tool(
         return python_tool(function, name=name, description=description, policy=policy)
 
     return decorate if fn is None else decorate(fn)
+
+
+def _untypable(tool: str, fields: Mapping[str, tuple[Any, Any]], error: Exception) -> str:
+    """One line that names the parameter whose type has no JSON schema: pydantic's own
+    message is a paragraph about its internals that names neither the tool nor the
+    parameter."""
+    for parameter, (hint, _) in fields.items():
+        try:
+            TypeAdapter(hint).json_schema()
+        except Exception:
+            shown = getattr(hint, "__name__", None) or repr(hint)
+            return (
+                f"tool {tool}: parameter {parameter}: its type {shown} has no JSON schema "
+                "(use str, int, float, bool, a Literal, an enum, a list or a pydantic model)"
+            )
+    return f"tool {tool}: {str(error).splitlines()[0]}"
 
 
 def _problems(error: ValidationError) -> list[str]:

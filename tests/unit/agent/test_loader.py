@@ -11,6 +11,8 @@ import pytest
 from voxpipe.agent import (
     Agent,
     AgentLoadError,
+    HttpToolConfig,
+    ToolDefinitionError,
     ToolEffect,
     default_agent,
     load_agent,
@@ -115,6 +117,24 @@ def test_a_json_agent_takes_its_name_from_the_file(tmp_path: Path) -> None:
             "http_tools.0.url: Value error, environment variable NOPE_X is not set",
         ),
         (
+            "instructions: hi\nhttp_tools:\n  - {name: x, description: d, url: 'http://[::1'}\n",
+            "http_tools.0.url: Value error, not a valid URL: Invalid port",
+        ),
+        (
+            "instructions: hi\nhttp_tools:\n  - {name: hours, description: d, url: 'http://h/',"
+            " parameters: {type: object, properties: {day: {type: strin}}}}\n",
+            "http_tools.0.parameters: Value error, tool hours: invalid parameters schema",
+        ),
+        (
+            "instructions: hi\nhttp_tools:\n  - {name: x, description: d, url: 'http://h/a'}\n"
+            "  - {name: x, description: e, url: 'http://h/b'}\n",
+            "agent agent: two tools are named x",
+        ),
+        (
+            "instructions: hi\nmcp_servers:\n  - {name: crm, url: crm.example.com/mcp}\n",
+            "mcp_servers.0.url: Value error, an http:// or https:// URL",
+        ),
+        (
             "instructions: hi\nmcp_servers:\n  - {name: crm}\n",
             "mcp_servers.0: Value error, give either command (stdio) or url",
         ),
@@ -183,6 +203,33 @@ def test_a_module_whose_tool_is_badly_defined(tmp_path: Path) -> None:
         load_agent(f"{path}:agent")
 
 
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            "class Opaque:\n    pass\n"
+            "@tool\nasync def lookup(thing: Opaque) -> str:\n    return ''\n"
+            "agent = Agent('hi', tools=[lookup])\n",
+            "ToolDefinitionError: tool lookup: parameter thing: its type Opaque has no JSON schema",
+        ),
+        (
+            "from voxpipe.agent import HttpToolConfig\n"
+            "hook = HttpToolConfig(name='h', description='d', url='x')\n"
+            "agent = Agent('hi', http_tools=[hook])\n",
+            "HttpToolConfig: url: Value error, an http:// or https:// URL",
+        ),
+    ],
+)
+def test_a_bad_tool_in_a_module_is_one_line_naming_it(
+    tmp_path: Path, body: str, problem: str
+) -> None:
+    path = tmp_path / "one_line_agent.py"
+    path.write_text("from voxpipe.agent import Agent, tool\n" + body)
+    with pytest.raises(AgentLoadError) as caught:
+        load_agent(f"{path}:agent")
+    assert problem in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
 def test_the_default_is_the_plain_assistant() -> None:
     config = Config.load(server={"turn_log_path": None})
     agent = resolve_agent(config)
@@ -207,3 +254,13 @@ def test_a_plain_function_is_taken_as_a_tool() -> None:
     agent = Agent("hi", tools=[lookup])
     assert agent.tools[0].name == "lookup"  # type: ignore[union-attr]
     assert isinstance(agent, Agent)
+
+
+def test_two_declared_tools_with_one_name_are_refused_at_declaration() -> None:
+    async def lookup(order: int) -> str:
+        """Look an order up."""
+        return "ok"
+
+    webhook = HttpToolConfig(name="lookup", description="d", url="http://127.0.0.1:9/")
+    with pytest.raises(ToolDefinitionError, match="agent desk: two tools are named lookup"):
+        Agent("hi", tools=[lookup], http_tools=[webhook], name="desk")

@@ -7,6 +7,7 @@ import asyncio
 import enum
 import threading
 import time
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import pytest
@@ -181,6 +182,30 @@ def test_bad_definitions_are_refused_at_definition() -> None:
 
     with pytest.raises(ToolDefinitionError, match="timeout_s"):
         tool(timeout_s=0)
+
+
+class Opaque:
+    """A class pydantic knows nothing about."""
+
+
+def test_a_parameter_type_with_no_json_schema_is_named_in_one_line() -> None:
+    with pytest.raises(ToolDefinitionError) as opaque:
+
+        @tool
+        async def inspect_thing(thing: Opaque) -> None:
+            """Cannot be described."""
+
+    with pytest.raises(ToolDefinitionError) as callable_:
+
+        @tool
+        async def then(city: str, callback: Callable[[str], str]) -> None:
+            """Validates, but has no schema."""
+
+    assert str(opaque.value) == (
+        "tool inspect_thing: parameter thing: its type Opaque has no JSON schema "
+        "(use str, int, float, bool, a Literal, an enum, a list or a pydantic model)"
+    )
+    assert str(callable_.value).startswith("tool then: parameter callback: its type Callable")
 
 
 def test_the_decorated_function_can_still_be_called() -> None:

@@ -64,7 +64,10 @@ def test_the_configured_agent_is_loaded(tmp_path: Path) -> None:
 
 
 def test_a_badly_defined_agent_keeps_the_server_from_becoming_ready() -> None:
-    agent = Agent("Be brief.", tools=[opening_hours, opening_hours])
+    # Two declared tools with one name stop the agent's declaration (test_loader.py); an MCP
+    # server offering a name the agent has is found only when it is reached.
+    kitchen = McpServerConfig(name="kitchen", command=sys.executable, args=[mcp_server.__file__])
+    agent = Agent("Be brief.", tools=[opening_hours], mcp_servers=[kitchen])
     config = Config.load(server={"turn_log_path": None}, store={"path": None})
     with TestClient(create_app(config, fake_engines, agent=agent)) as client:
         body = wait_for(client, "failed")
