@@ -59,7 +59,10 @@ def restaurant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runni
 
 
 def bookings(db: Path) -> list[tuple[str, int, str, str]]:
+    """The rows booked so far; none before the first booking has created the table."""
     with sqlite3.connect(db) as conn:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'bookings'").fetchone():
+            return []
         return conn.execute("SELECT name, party_size, date, time FROM bookings").fetchall()
 
 
