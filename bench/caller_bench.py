@@ -40,11 +40,10 @@ from bench.caller_turns import (
     ReplyFrame,
     Sentence,
     answer_start,
-    assign_records,
     estimated_speech_end_ns,
     filler_frames_of,
-    frames_between,
     heard_turn,
+    sentence_turns,
 )
 from bench.first_call import first_call_summary, render_first_call
 from bench.person import Person, Speak, Why
@@ -383,13 +382,7 @@ async def hold_calls(
 
 def turn_rows(logs: Sequence[CallLog]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One row per sentence said, and how the filler was told from the answer per transport."""
-    prepared = []
-    for log in logs:
-        groups = assign_records([s.start_ns for s in log.sentences], log.seen)
-        for i, sentence in enumerate(log.sentences):
-            after = log.sentences[i + 1].end_ns if i + 1 < len(log.sentences) else None
-            frames = frames_between(log.frames, sentence.end_ns, after)
-            prepared.append((log, sentence, frames, groups[i]))
+    prepared = sentence_turns(logs)
     split: dict[str, Any] = {}
     for transport in dict.fromkeys(log.transport for log in logs):
         mine = [(f, g[-1]) for log, _, f, g in prepared if log.transport == transport and g]

@@ -143,11 +143,7 @@ def render_markdown(summary: dict[str, dict[str, Any]], header: str, silence_ms:
     for transport, s in summary.items():
         c = s["caller"]
         by = c["interrupted_by"]
-        failed = f"{c['failed']}" + (
-            " (" + ", ".join(f"{k}: {v}" for k, v in c["failures"].items()) + ")"
-            if c["failures"]
-            else ""
-        )
+        failed = failed_cell(c)
         lines.append(
             f"| {transport} | {c['turns']} | {c['answered']} | {c['interrupted']} "
             f"({by[AFTER_FILLER]} / {by[BEFORE_AUDIO]} / {by[MID_ANSWER]}) | {failed} "
@@ -254,3 +250,11 @@ def render_markdown(summary: dict[str, dict[str, Any]], header: str, silence_ms:
         "echo): docs/observability.md.",
     ]
     return "\n".join(lines)
+
+
+def failed_cell(counts: dict[str, Any]) -> str:
+    """How many turns failed, and why: "2 (turn_timeout: 1, no_answer: 1)"."""
+    reasons = counts["failures"]
+    if not reasons:
+        return f"{counts['failed']}"
+    return f"{counts['failed']} (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"

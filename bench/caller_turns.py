@@ -21,7 +21,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 GAP_NS = 60_000_000  # a pause in arrivals this long: the server had nothing to send
 SNAP_NS = 150_000_000  # such a pause this close to where the answer is due is its start
@@ -61,6 +61,20 @@ def estimated_speech_end_ns(seen_ns: int, record: dict[str, Any]) -> int | None:
     return None if done is None else seen_ns - round(done * 1e6)
 
 
+class HeardCall(Protocol):
+    """What the per-turn rows read of a call (``caller_bench.CallLog``)."""
+
+    @property
+    def sentences(self) -> Sequence[Sentence]: ...
+    @property
+    def frames(self) -> Sequence[ReplyFrame]: ...
+    @property
+    def seen(self) -> Sequence[tuple[int, dict[str, Any]]]: ...
+
+
+Call = TypeVar("Call", bound=HeardCall)
+
+
 def assign_records(
     starts_ns: Sequence[int], seen: Iterable[tuple[int, dict[str, Any]]]
 ) -> list[list[dict[str, Any]]]:
@@ -83,6 +97,21 @@ def frames_between(
     """The frames that arrived from ``after_ns`` (a sentence's end) up to ``before_ns`` (the
     next sentence's end): a reply the next sentence talked over still belongs to this one."""
     return [f for f in frames if f.at_ns >= after_ns and (before_ns is None or f.at_ns < before_ns)]
+
+
+def sentence_turns(
+    logs: Sequence[Call],
+) -> list[tuple[Call, Sentence, list[ReplyFrame], list[dict[str, Any]]]]:
+    """Every sentence the caller said, with the reply frames that followed it and the
+    server's records of it: what both benches' per-turn rows are made from."""
+    turns = []
+    for log in logs:
+        groups = assign_records([s.start_ns for s in log.sentences], log.seen)
+        for i, sentence in enumerate(log.sentences):
+            after = log.sentences[i + 1].end_ns if i + 1 < len(log.sentences) else None
+            frames = frames_between(log.frames, sentence.end_ns, after)
+            turns.append((log, sentence, frames, groups[i]))
+    return turns
 
 
 # -- the filler and the answer --------------------------------------------------------

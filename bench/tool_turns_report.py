@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.caller_report import PERCENTILES, caller_summary
+from bench.caller_report import PERCENTILES, caller_summary, failed_cell
 from bench.caller_turns import (
     AFTER_FILLER,
     BEFORE_AUDIO,
@@ -34,11 +34,10 @@ from bench.caller_turns import (
     ReplyFrame,
     Sentence,
     answer_start,
-    assign_records,
     filler_frames_of,
     first_voiced_ns,
-    frames_between,
     heard_turn,
+    sentence_turns,
     spread,
 )
 
@@ -161,13 +160,7 @@ def tool_turn_rows(
     """One row per sentence said (``expected``: each clip's intended tool, None for a read
     sentence, :data:`NO_TOOL` for a request that needs none), and per transport the
     filler's length in frames, learned from the turns without a tool phrase."""
-    prepared = []
-    for log in logs:
-        groups = assign_records([s.start_ns for s in log.sentences], log.seen)
-        for i, sentence in enumerate(log.sentences):
-            after = log.sentences[i + 1].end_ns if i + 1 < len(log.sentences) else None
-            frames = frames_between(log.frames, sentence.end_ns, after)
-            prepared.append((log, sentence, frames, groups[i]))
+    prepared = sentence_turns(logs)
     filler_frames: dict[str, int | None] = {}
     for transport in dict.fromkeys(log.transport for log in logs):
         filler_frames[transport] = filler_frames_of(
@@ -284,11 +277,7 @@ def render_markdown(summary: Mapping[str, Mapping[str, Any]], header: str, gap_m
         for kind in KINDS:
             c = s[kind]
             by = c["interrupted_by"]
-            failed = f"{c['failed']}" + (
-                " (" + ", ".join(f"{k}: {v}" for k, v in c["failures"].items()) + ")"
-                if c["failures"]
-                else ""
-            )
+            failed = failed_cell(c)
             lines.append(
                 f"| {transport} | {kind} | {c['turns']} | {c['answered']} | {c['interrupted']} "
                 f"({by[AFTER_FILLER]} / {by[BEFORE_AUDIO]} / {by[MID_ANSWER]}) | {failed} "
