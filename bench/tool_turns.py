@@ -219,6 +219,8 @@ def main(args: argparse.Namespace) -> int:
     if not transports or set(transports) - set(TRANSPORTS):
         raise SystemExit(f"tool-turns speaks {', '.join(TRANSPORTS)}, not {args.transports!r}")
     out: Path = args.out
+    if out.is_dir():  # checked now: found at the end, it cost a 30-minute run its timelines
+        out = out / "tool-turns.json"
     workdir = out.parent / "tool-turns-server"
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = server_config(args.config, workdir)

@@ -129,3 +129,54 @@ def test_without_tools_the_reply_is_text_as_before(llm: LlamaLlm) -> None:
     deltas = list(llm.stream("e2e-plain", messages, CancelToken(), usage))
     assert deltas and all(isinstance(d, str) for d in deltas)
     assert "tool_call_p" not in usage.extra
+
+
+GREETING = ChatMessage("assistant", "Chez Voxpipe, good evening. How can I help you?")
+SMALL_TALK = [
+    ChatMessage("user", "Is there a dress code?"),
+    ChatMessage("assistant", "No, there is no dress code."),
+]
+
+
+def in_a_call(llm: LlamaLlm, text: str, router: bool) -> tuple[list[LlmOutput], LlmUsage]:
+    """``text`` said after the greeting and a question answered in words, the prompt
+    prefilled from scratch (so two runs compute the same logits)."""
+    llm.clear_context()
+    llm.tool_router = router
+    try:
+        usage = LlmUsage()
+        messages = [SYSTEM, GREETING, *SMALL_TALK, ChatMessage("user", text)]
+        items = list(llm.stream("e2e-call", messages, CancelToken(), usage, tools=TOOLS))
+        return items, usage
+    finally:
+        llm.tool_router = True
+
+
+def test_a_request_in_a_call_still_calls_its_tool(llm: LlamaLlm) -> None:
+    """After a greeting and an answer in words the model answers in words too, making up
+    availability; the router judges the request alone, and it gets the call it gets alone."""
+    request = "Do you have a table for four tomorrow at eight?"
+    unrouted, before = in_a_call(llm, request, router=False)
+    routed, after = in_a_call(llm, request, router=True)
+    print(f"\n  P(call) in the call {before.extra['tool_call_p']:.2f}; alone "
+          f"{after.extra.get('tool_call_p_alone')}; unrouted: {unrouted[-1]!r}")  # fmt: skip
+    assert before.extra["tool_call_p"] < 0.5, "the call's history no longer stops the call"
+    assert not any(isinstance(i, ToolCallRequest) for i in unrouted)
+    assert after.extra["tool_call_p_alone"] >= 0.5
+    # The call is the one the request gets asked alone, name and arguments.
+    alone, _ = ask(llm, request)
+    assert isinstance(alone[-1], ToolCallRequest), alone
+    assert isinstance(routed[-1], ToolCallRequest), routed
+    assert (routed[-1].name, routed[-1].arguments) == (alone[-1].name, alone[-1].arguments)
+    assert routed[-1].arguments["party_size"] == 4, routed[-1]
+
+
+def test_the_router_puts_the_context_back_as_it_was(llm: LlamaLlm) -> None:
+    """Small talk the router also declines: the reply, sampled after the router's own
+    prefill, is the reply without the router, token for token."""
+    with_router, usage = in_a_call(llm, "Tell me a joke", router=True)
+    without, _ = in_a_call(llm, "Tell me a joke", router=False)
+    assert usage.extra["tool_call_p_alone"] < 0.5, usage.extra
+    assert all(isinstance(i, str) for i in with_router), with_router
+    assert "".join(map(str, with_router)) == "".join(map(str, without))
+    assert "".join(map(str, with_router)).strip()

@@ -75,6 +75,13 @@ class LlmConfig(BaseModel):
         "spoken sentences. Never use lists, code, markdown or emoji.",
         description="First message of every conversation.",
     )
+    echo_run: int = Field(
+        5,
+        ge=0,
+        description="Embedded model: a reply to the caller's words may copy at most this many "
+        "tokens minus one of them in a row, so a sentence read to it is answered, not said "
+        "back (engines/reply_rules.py). 0 = no limit.",
+    )
     summarize_after_tokens: int = Field(
         1800,
         ge=0,
@@ -93,6 +100,13 @@ class LlmConfig(BaseModel):
         le=1.0,
         description="Embedded model, with tools offered: it calls a tool when the probability "
         "of a call-like first token reaches this, else it answers in words (docs/agents.md).",
+    )
+    tool_router: bool = Field(
+        True,
+        description="Embedded model, with tools offered: when the conversation so far makes "
+        "a call unlikely, judge the caller's last words again with the instructions alone "
+        "(about 0.1 s more on such turns); the 0.5B model otherwise stops calling tools "
+        "once a call has a greeting and a few answers in words behind it (docs/agents.md).",
     )
     tool_temperature: float = Field(
         0.0,

@@ -23,6 +23,7 @@ a plain answer pays no grammar.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import threading
 from collections import OrderedDict
@@ -48,6 +49,7 @@ from voxpipe.engines.qwen_tools import (
     system_with_tools,
     tool_response,
 )
+from voxpipe.engines.reply_rules import DEFAULT_ECHO_RUN, ReplyRules
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class LlamaLlm:
         tool_temperature: float = 0.0,
         max_tool_tokens: int = 256,
         warmup_tools: Sequence[ToolSpec] = (),
+        echo_run: int = DEFAULT_ECHO_RUN,
+        tool_router: bool = True,
     ) -> None:
         from llama_cpp import Llama
 
@@ -144,6 +148,8 @@ class LlamaLlm:
         self.temperature = temperature
         self.top_p = top_p
         self.seed = seed
+        self.echo_run = echo_run  # reply_rules: 0 lets a reply copy the caller at any length
+        self.tool_router = tool_router  # _judged_alone
         self._warmup_system_prompt = warmup_system_prompt
         self._warmup_tools = tuple(warmup_tools)
         self.states = StateCache(state_cache_bytes)
@@ -157,6 +163,12 @@ class LlamaLlm:
         self._tools = LlamaToolCalls(
             self._llm, tool_threshold, tool_temperature, top_p, max_tool_tokens
         )
+        self._end_ids = np.array(
+            [t for t in range(self._llm.n_vocab()) if self._is_end(t)], dtype=np.intc
+        )
+
+    def _is_end(self, token: int) -> bool:
+        return bool(self._llm_cpp.llama_vocab_is_eog(self._llm._model.vocab, token))
 
     # -- prompt -------------------------------------------------------------
 
@@ -382,14 +394,29 @@ class LlamaLlm:
                 usage.finish_reason = "cancelled"
                 return
             self._llm.set_seed(self.seed)
-            yield from self._generate_text(tokens, cancel, usage)
+            yield from self._generate_text(tokens, cancel, usage, self._caller_words(messages))
+
+    def _caller_words(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """The caller's last utterance, when the reply answers it directly (reply_rules)."""
+        if messages and messages[-1].role == "user":
+            return self._text(messages[-1].content)
+        return []
 
     def _generate_text(
-        self, tokens: list[int], cancel: CancelToken, usage: LlmUsage, stop: int | None = None
+        self,
+        tokens: list[int],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        caller: Sequence[int] = (),
+        stop: int | None = None,
     ) -> Iterator[str]:
-        """Sample the reply after ``tokens`` (prefilled), as text deltas; ``stop`` ends it
-        like an end-of-turn token."""
+        """Sample the reply after ``tokens`` (prefilled), as text deltas, under
+        :class:`ReplyRules` (a word before the end; no long copy of ``caller``); ``stop``
+        ends it like an end-of-turn token."""
+        from llama_cpp import LogitsProcessorList
+
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        rules = ReplyRules(len(tokens), self._end_ids, caller, self.echo_run)
         gen = self._llm.generate(
             tokens,
             temp=self.temperature,
@@ -397,6 +424,7 @@ class LlamaLlm:
             top_k=40,
             repeat_penalty=1.1,
             reset=True,
+            logits_processor=LogitsProcessorList([rules]),
         )
         usage.finish_reason = "length"
         try:
@@ -404,12 +432,13 @@ class LlamaLlm:
                 if cancel.cancelled:
                     usage.finish_reason = "cancelled"
                     break
-                if self._llm_cpp.llama_vocab_is_eog(self._llm._model.vocab, token) or token == stop:
+                if self._is_end(token) or token == stop:
                     usage.finish_reason = "stop"
                     break
                 usage.completion_tokens += 1
                 text = decoder.decode(self._llm.detokenize([token]))
                 if text:
+                    rules.said(text)
                     yield text
                 if usage.completion_tokens >= self.max_tokens:
                     break
@@ -444,6 +473,13 @@ class LlamaLlm:
             self._llm.set_seed(self.seed)
             if tool_choice == "auto":
                 usage.extra["tool_call_p"] = p_call = self._tools.call_probability()
+                alone = self._alone_prompt(messages, tools) if self.tool_router else None
+                if p_call < self._tools.threshold and alone is not None:
+                    with self._judged_alone(alone):
+                        usage.extra["tool_call_p_alone"] = p_alone = self._tools.call_probability()
+                        if p_alone >= self._tools.threshold:
+                            yield from self._tools.generate_call(alone, tools, cancel, usage)
+                            return
                 call = p_call >= self._tools.threshold
             else:  # "none": words; "required" or a tool's name: a call
                 call = tool_choice != "none"
@@ -453,11 +489,59 @@ class LlamaLlm:
                 return
             self._tools.mask_call_starts()
             markup = MarkupFilter()
-            for text in self._generate_text(tokens, cancel, usage, stop=self._tools.call_open):
+            caller = self._caller_words(messages)
+            for text in self._generate_text(tokens, cancel, usage, caller, self._tools.call_open):
                 if text := markup.push(text):
                     yield text
             if tail := markup.flush():
                 yield tail
+
+    def _alone_prompt(
+        self, messages: Sequence[ChatMessage], tools: tuple[ToolSpec, ...]
+    ) -> list[int] | None:
+        """The instructions and tools, then the caller's last words, without the turns
+        between; None when there are none to leave out or the last words are not the
+        caller's (:meth:`_judged_alone`)."""
+        system = [m for m in messages if m.role == "system"]
+        if not messages or messages[-1].role != "user" or len(messages) <= len(system) + 1:
+            return None
+        return self.prompt_tokens([*system, messages[-1]], tools=tools)[0]
+
+    @contextlib.contextmanager
+    def _judged_alone(self, alone: list[int]) -> Iterator[None]:
+        """Inside: the context holds the ``alone`` prompt, evaluated; after: the session's
+        state and its next token's logits, as they were.
+
+        The 0.5B model takes its cue from the turns before: after a greeting and an answer
+        in words it answers "do you have a table for four tomorrow?" in words too, making up
+        the answer (P(call) 0.00 there, 0.85 asked alone). So a request the conversation
+        makes unlikely to be a call is judged again alone, and a call it turns out to be is
+        written alone too, as the tool evaluation measures it. It costs the prefill of the
+        caller's words (the instructions' KV is shared) and a copy of the session's KV
+        state both ways.
+        """
+        llm, cpp = self._llm, self._llm_cpp
+        ctx = llm._ctx.ctx
+        n = llm.n_tokens
+        ids = llm.input_ids[:n].copy()
+        logits = self._tools.logits().copy()
+        size = cpp.llama_state_seq_get_size(ctx, 0)
+        kv = (ctypes.c_uint8 * size)()
+        written = cpp.llama_state_seq_get_data(ctx, kv, size, 0)
+        shared = min(_common_prefix(ids, alone), len(alone) - 1)
+        try:
+            llm._ctx.kv_cache_seq_rm(-1, shared, -1)
+            llm.n_tokens = shared
+            llm.eval(alone[shared:])
+            yield
+        finally:
+            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            if cpp.llama_state_seq_set_data(ctx, kv, written, 0) == 0:
+                llm.reset()  # the next request prefills from scratch
+                raise EngineError("the session's state could not be put back after the router")
+            llm.input_ids[:n] = ids
+            llm.n_tokens = n
+            self._tools.logits()[:] = logits
 
     def warmup(self) -> None:
         """Run what a call runs, so the first call is a steady-state one: the chat template

@@ -83,18 +83,18 @@ class LlamaToolCalls:
             self._starts = call_start_ids(pieces, self.call_open)
         return self._starts
 
-    def _logits(self) -> np.ndarray:
+    def logits(self) -> np.ndarray:
         """The next token's logits from the last evaluation (writable: the sampler reads
         these same floats)."""
         pointer = self._cpp.llama_get_logits_ith(self._llm._ctx.ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self._llm.n_vocab(),))
 
     def call_probability(self) -> float:
-        return call_probability(self._logits(), self.call_starts())
+        return call_probability(self.logits(), self.call_starts())
 
     def mask_call_starts(self) -> None:
         """The next token sampled cannot begin a call."""
-        self._logits()[self.call_starts()] = -np.inf
+        self.logits()[self.call_starts()] = -np.inf
 
     def grammar(self, tools: tuple[ToolSpec, ...]) -> LlamaGrammar:
         from llama_cpp import LlamaGrammar

@@ -91,6 +91,8 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
         tool_threshold=config.llm.tool_threshold,
         tool_temperature=config.llm.tool_temperature,
         max_tool_tokens=config.llm.max_tool_tokens,
+        echo_run=config.llm.echo_run,
+        tool_router=config.llm.tool_router,
     )
 
 
