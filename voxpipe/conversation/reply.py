@@ -291,6 +291,7 @@ class Reply:
                     audio.quiet_since_ns,
                     lambda: audio.filler_queued,
                     f"guard-{ctx.session_id}-{turn_id}",
+                    lambda: stages.timeline.marks_ns.get("speech_end"),
                 )
 
         async def stop_guard() -> None:

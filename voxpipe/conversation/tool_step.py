@@ -12,7 +12,10 @@ reply ends there and the client answers it.
 Meanwhile a :class:`SilenceGuard` keeps the line alive: from the first sign of a call
 (the model writing one) until the answer's first words, it says the tool's phrase once
 the call has run about 300 ms (a second after a filler, never on top of it) and a short
-follow-up whenever the silence would otherwise pass 1.5 s.
+follow-up whenever the silence would otherwise pass 1.5 s. Silence is counted as the caller
+hears it, from the end of their words: a call the model began writing a second after them
+gets its phrase at once, not 300 ms later (``bench tool-turns`` found callers talking into
+such phrases).
 
 A barge-in stops the round: the ledger cancels a read-only tool and lets any other run to
 its end (``tool_ledger.py``).
@@ -193,8 +196,10 @@ class SilenceGuard:
         quiet_since_ns: Callable[[], int | None],
         filler_played: Callable[[], bool],
         name: str = "silence-guard",
+        caller_done_ns: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._phrase = phrase
+        self._caller_done_ns = caller_done_ns  # the end of the caller's words, once known
         self._say = say
         self._quiet_since_ns = quiet_since_ns
         self._filler_played = filler_played
@@ -210,14 +215,17 @@ class SilenceGuard:
             if quiet_since is None:
                 continue
             now = time.monotonic_ns()
-            quiet_s = (now - max(quiet_since, started)) / 1e9
+            caller_done = self._caller_done_ns()  # a held reply's is set when it is confirmed
+            silent_from = started if caller_done is None else min(caller_done, started)
+            quiet_s = (now - max(quiet_since, silent_from)) / 1e9
+            due = quiet_s >= MAX_SILENCE_S - SPEAK_AHEAD_S
             if not self.said and self._phrase:
-                if (now - started) / 1e9 < PHRASE_AFTER_S:
+                if (now - started) / 1e9 < PHRASE_AFTER_S and not due:
                     continue
                 if self._filler_played() and (now - quiet_since) / 1e9 < AFTER_FILLER_S:
                     continue
                 text = self._phrase
-            elif quiet_s >= MAX_SILENCE_S - SPEAK_AHEAD_S:
+            elif due:
                 text = FOLLOW_UPS[follow_ups % len(FOLLOW_UPS)]
                 follow_ups += 1
             else:

@@ -411,12 +411,15 @@ class LlamaLlm:
         stop: int | None = None,
     ) -> Iterator[str]:
         """Sample the reply after ``tokens`` (prefilled), as text deltas, under
-        :class:`ReplyRules` (a word before the end; no long copy of ``caller``); ``stop``
+        :class:`ReplyRules` (a word before the end; no long copy of ``caller``; nothing that
+        begins a call); ``stop``
         ends it like an end-of-turn token."""
         from llama_cpp import LogitsProcessorList
 
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        rules = ReplyRules(len(tokens), self._end_ids, caller, self.echo_run)
+        rules = ReplyRules(
+            len(tokens), self._end_ids, caller, self.echo_run, self._tools.call_starts()
+        )
         gen = self._llm.generate(
             tokens,
             temp=self.temperature,

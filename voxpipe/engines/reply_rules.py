@@ -1,4 +1,4 @@
-"""Two rules the embedded model's spoken replies keep, applied to its logits as it samples.
+"""Three rules the embedded model's spoken replies keep, applied to its logits as it samples.
 
 **No empty answer.** A reply whose first token is end-of-turn leaves the caller with
 silence, or with only a tool's "One moment." (seen after a failover, answering a restored
@@ -12,6 +12,11 @@ words. So a token that would make the reply's last :attr:`ReplyRules.echo_run` t
 of the caller's last utterance is barred: at most ``echo_run - 1`` tokens in a row are
 copied. Only a reply to the caller's own words is held to it; an answer after a tool result
 may restate the request ("a table for two at seven under Smith").
+
+**No call written as words.** Asked for words after a tool's result, the model began
+``>{"name": "check_availability", ...}``, which the caller would hear read out. Tokens that
+begin a call (``<tool_call>``, ``{``, a backtick: ``llama_tools.call_start_ids``) are barred
+from a spoken reply, everywhere in it, not just as its first token.
 
 The rules are a llama-cpp-python logits processor: called with the context's token ids
 (prompt, then the reply so far) and the next token's logits, in token id order, which it
@@ -47,9 +52,11 @@ class ReplyRules:
         end_ids: np.ndarray,
         caller: Sequence[int] = (),
         echo_run: int = DEFAULT_ECHO_RUN,
+        never: np.ndarray | None = None,
     ) -> None:
         self.prompt_len = prompt_len
         self.end_ids = end_ids
+        self.never = never  # tokens no spoken reply may hold
         self.echo_run = echo_run
         self.has_word = False
         self._next = continuations(caller, echo_run) if echo_run >= 2 else {}
@@ -68,6 +75,8 @@ class ReplyRules:
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         if not self.has_word:
             scores[self.end_ids] = -np.inf
+        if self.never is not None:
+            scores[self.never] = -np.inf
         if barred := self.barred(input_ids[self.prompt_len :].tolist()):
             scores[list(barred)] = -np.inf
         return scores

@@ -23,7 +23,7 @@ from voxpipe.conversation.events import (
     TurnMetrics,
 )
 from voxpipe.conversation.services import Filler
-from voxpipe.conversation.tool_step import MAX_SILENCE_S
+from voxpipe.conversation.tool_step import MAX_SILENCE_S, PHRASE_AFTER_S
 
 
 def metrics_of(call: Call, turn_id: int) -> dict[str, Any]:
@@ -387,3 +387,23 @@ async def test_a_tool_call_is_a_span_of_its_turn(make_call: Callable[..., Call])
     assert attrs(span)["gen_ai.tool.call.id"] == "call_1"
     assert attrs(span)["voxpipe.tool.status"] == "ok"
     assert len(named(spans, "llm")) == 2  # one request for the call, one for the answer
+
+
+async def test_a_call_begun_late_gets_its_phrase_at_once(make_call: Callable[..., Call]) -> None:
+    """Silence counts from the end of the caller's words: a call first written a second
+    after them has no 300 ms to wait before its phrase."""
+
+    @tool(phrase="Let me check the book.", effect="read_only")
+    async def check_availability() -> str:
+        """Is a table free?"""
+        await asyncio.sleep(1.0)
+        return "free"
+
+    llm = FakeLlm([called("check_availability")], ["Yes."], delay_s=1.1)
+    call = make_call(llm=llm, agent=running(check_availability), deadlines={"filler": ""})
+    await call.say()
+    await call.until(lambda: call.done(1) is not None, within_s=8)
+    stages = metrics_of(call, 1)["stages_ms"]
+    (entry,) = metrics_of(call, 1)["tools"]
+    assert stages["tool_phrase_sent"] - entry["started_ms"] < 1000 * PHRASE_AFTER_S / 2
+    assert stages["tool_phrase_sent"] < 1000 * MAX_SILENCE_S

@@ -62,3 +62,11 @@ def test_the_logits_are_changed_in_place_as_the_sampler_reads_them() -> None:
     assert out is logits
     assert np.isneginf(logits[[0, 1, 11]]).all()
     assert np.isfinite(np.delete(logits, [0, 1, 11])).all()
+
+
+def test_tokens_that_begin_a_call_are_barred_everywhere_in_the_reply() -> None:
+    never = np.array([7, 8], dtype=np.intc)
+    rules = ReplyRules(prompt_len=1, end_ids=END, never=never)
+    rules.said("Sure")
+    assert barred_after(rules, [5], []) == {7, 8}
+    assert barred_after(rules, [5], [15, 16, 17]) == {7, 8}
