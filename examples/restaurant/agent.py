@@ -7,7 +7,8 @@ The tools take the caller's words as a small model passes them on ("tonight", "s
 each argument's type reads it, so the tool body only sees an ISO date, a time of day, a
 number and a name, and an argument that cannot be read comes back to the model as an error
 that says so. What a tool returns carries a ``message``: one sentence a host would say,
-which the model can pass on as it is.
+which is the agent's answer as it is (``says="message"``): the 0.5B model, asked to word
+a result, repeats its greeting or reads the record out.
 """
 
 from __future__ import annotations
@@ -128,7 +129,13 @@ def _full(day: dt.date, at: dt.time, party_size: int) -> str:
     return f"Sorry, nothing is free at {hours.spoken_time(at)}; I could do {' or '.join(others)}."
 
 
-@tool(effect="read_only", idempotent=True, phrase="Let me check the book.", timeout_s=4)
+@tool(
+    effect="read_only",
+    idempotent=True,
+    phrase="Let me check the book.",
+    timeout_s=4,
+    says="message",
+)
 def check_availability(date: Day, time: Time, party_size: PartySize) -> dict[str, Any]:
     """Whether a table for the party is free on a day at a time. Use it before booking."""
     answer: dict[str, Any] = {
@@ -145,7 +152,7 @@ def check_availability(date: Day, time: Time, party_size: PartySize) -> dict[str
     return {**answer, "available": False, "message": _full(date, time, party_size)}
 
 
-@tool(phrase="Booking that for you.", idempotent=False, timeout_s=5)
+@tool(phrase="Booking that for you.", idempotent=False, timeout_s=5, says="message")
 def book_table(name: Name, date: Day, time: Time, party_size: PartySize) -> dict[str, Any]:
     """Book a table under a name for a number of people on a day at a time."""
     refusal = _refusal(date, time, party_size)
@@ -168,7 +175,7 @@ def book_table(name: Name, date: Day, time: Time, party_size: PartySize) -> dict
     }
 
 
-@tool(phrase="Let me find that booking.", idempotent=True, timeout_s=5)
+@tool(phrase="Let me find that booking.", idempotent=True, timeout_s=5, says="message")
 def cancel_booking(name: Name, date: Day) -> dict[str, Any]:
     """Cancel the booking under a name on a day."""
     removed = database().cancel(name, date)
@@ -181,7 +188,7 @@ def cancel_booking(name: Name, date: Day) -> dict[str, Any]:
     return {"cancelled": len(removed), "message": message}
 
 
-@tool(effect="read_only", idempotent=True, timeout_s=2)
+@tool(effect="read_only", idempotent=True, timeout_s=2, says="message")
 def opening_hours(
     day: Annotated[
         str | None,

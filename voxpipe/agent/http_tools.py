@@ -76,10 +76,20 @@ class ToolPolicyConfig(BaseModel):
         ToolEffect.MUTATING, description="read_only: cancelled on barge-in; mutating: runs on."
     )
     idempotent: bool = Field(False, description="May run again after a worker died mid-call.")
+    says: str = Field(
+        "",
+        description="A field of the result that is the answer, said as it is, without "
+        "asking the model again ('' = the model words the answer).",
+    )
 
     def policy(self) -> ToolPolicy:
         return ToolPolicy(
-            self.timeout_s, self.phrase, self.timeout_phrase, self.effect, self.idempotent
+            self.timeout_s,
+            self.phrase,
+            self.timeout_phrase,
+            self.effect,
+            self.idempotent,
+            self.says,
         )
 
 

@@ -146,6 +146,7 @@ def tool(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     effect: ToolEffect | str = ToolEffect.MUTATING,
     idempotent: bool = False,
+    says: str = "",
 ) -> Callable[[Callable[..., Any]], PythonTool]: ...
 
 
@@ -160,12 +161,13 @@ def tool(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     effect: ToolEffect | str = ToolEffect.MUTATING,
     idempotent: bool = False,
+    says: str = "",
 ) -> PythonTool | Callable[[Callable[..., Any]], PythonTool]:
     """Make a function a tool: ``@tool`` or ``@tool(effect="read_only", phrase="...")``.
 
     Mutating and not idempotent unless it says otherwise (``tools.py`` explains why).
     """
-    policy = ToolPolicy(timeout_s, phrase, timeout_phrase, ToolEffect(effect), idempotent)
+    policy = ToolPolicy(timeout_s, phrase, timeout_phrase, ToolEffect(effect), idempotent, says)
 
     def decorate(function: Callable[..., Any]) -> PythonTool:
         return python_tool(function, name=name, description=description, policy=policy)

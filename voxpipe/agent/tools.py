@@ -102,6 +102,17 @@ class ToolPolicy:
     timeout_phrase: str = DEFAULT_TIMEOUT_PHRASE
     effect: ToolEffect = ToolEffect.MUTATING
     idempotent: bool = False
+    says: str = ""
+    """A field of the tool's result that is the answer, said as it is: the model is not
+    asked again. A small model shown a result often repeats its greeting, reads the record
+    out or calls again; a sentence the tool wrote is right, and a model round sooner."""
+
+    def says_in(self, output: object) -> str | None:
+        """The sentence this tool's ``output`` says, if it has one."""
+        if not self.says or not isinstance(output, dict):
+            return None
+        said = output.get(self.says)
+        return said.strip() or None if isinstance(said, str) else None
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

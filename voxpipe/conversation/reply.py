@@ -350,6 +350,14 @@ class Reply:
                         self._words_before += len(text.split())
                     if not outcome.asks_again:
                         break
+                    if (said := tools_round.answer()) is not None and not cancel.cancelled:
+                        await stop_guard()  # the tools said the answer: no model round
+                        audio.first_words.set()
+                        self.generated += said
+                        await self._emit(ResponseTextDelta(turn_id, said))
+                        for clause in chunker.push(said):
+                            await audio.clause(clause)
+                        break
                     self._tools_closed = outcome is not ToolOutcome.ANSWER
                     messages = self._prompt()
                 if not cancel.cancelled:

@@ -77,6 +77,14 @@ class ToolRound:
     def __init__(self, voice: ReplyVoice, ledger: ToolLedger) -> None:
         self._voice = voice
         self._ledger = ledger
+        self._said: list[str | None] = []  # per server call run: what its result says
+
+    def answer(self) -> str | None:
+        """The words of the results, when every call run has a result that says its
+        answer (``ToolPolicy.says``): the reply speaks them and asks the model nothing."""
+        if not self._said or None in self._said:
+            return None
+        return " ".join(s for s in self._said if s)
 
     async def writing(self, delta: ToolCallDelta) -> None:
         """The model is writing a call's arguments: a client sees its own tool's arguments
@@ -165,6 +173,10 @@ class ToolRound:
             return False
         if run.result.status is ToolStatus.TIMEOUT and run.tool is not None:
             await voice.say(run.tool.policy.timeout_phrase)
+        said = None
+        if run.result.ok and run.tool is not None:
+            said = run.tool.policy.says_in(run.result.output)
+        self._said.append(said)
         await voice.emit(run.finished())
         return True
 

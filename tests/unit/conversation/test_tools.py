@@ -407,3 +407,40 @@ async def test_a_call_begun_late_gets_its_phrase_at_once(make_call: Callable[...
     (entry,) = metrics_of(call, 1)["tools"]
     assert stages["tool_phrase_sent"] - entry["started_ms"] < 1000 * PHRASE_AFTER_S / 2
     assert stages["tool_phrase_sent"] < 1000 * MAX_SILENCE_S
+
+
+async def test_a_result_that_says_its_answer_is_said_without_asking_the_model_again(
+    make_call: Callable[..., Call],
+) -> None:
+    @tool(says="message")
+    async def book_table(name: str) -> dict[str, str]:
+        """Book."""
+        return {"booking_id": "7", "message": f"Done: a table under the name {name}."}
+
+    llm = FakeLlm([called("book_table", name="Smith")], ["Thank you for calling!"])
+    call = make_call(llm=llm, agent=running(book_table), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert len(llm.calls) == 1  # no second request: the tool's sentence is the answer
+    assert " ".join(call.tts.clauses).endswith("Done: a table under the name Smith.")
+    assert call.done(1).text == "Done: a table under the name Smith."  # type: ignore[union-attr]
+    turns = call.session.history.turns
+    assert turns[-2].role == "tool" and '"booking_id":"7"' in turns[-2].content
+    assert turns[-1].role == "assistant"
+    assert turns[-1].content == "Done: a table under the name Smith."
+
+
+async def test_without_its_field_the_model_words_the_answer(
+    make_call: Callable[..., Call],
+) -> None:
+    @tool(says="message", effect="read_only")
+    async def lookup() -> dict[str, str]:
+        """Look up."""
+        return {"found": "nothing"}
+
+    llm = FakeLlm([called("lookup")], ["Nothing ", "found."])
+    call = make_call(llm=llm, agent=running(lookup), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert len(llm.calls) == 2
+    assert call.done(1).text == "Nothing found."  # type: ignore[union-attr]
