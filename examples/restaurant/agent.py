@@ -9,6 +9,12 @@ number and a name, and an argument that cannot be read comes back to the model a
 that says so. What a tool returns carries a ``message``: one sentence a host would say,
 which is the agent's answer as it is (``says="message"``): the 0.5B model, asked to word
 a result, repeats its greeting or reads the record out.
+
+The schema the model is shown narrows what it may write for a day and a time
+(:data:`DAY_PATTERN`, :data:`TIME_PATTERN`), and the embedded engine's call grammar enforces
+it: a day is a word or a day and month, never a made-up ISO date; a time is "7 pm" or
+"noon", never 07:00 or 17:00 for "seven". ``python -m bench tool-eval`` measures the effect
+on the spoken requests (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -24,14 +30,33 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from voxpipe.agent import Agent, ToolFailed, tool
 
+
+def _any_case(word: str) -> str:
+    return f"[{word[0].upper()}{word[0]}]{word[1:]}"
+
+
+_WEEKDAY = "|".join(_any_case(day) for day in normalize.WEEKDAYS)
+_MONTH = "|".join(_any_case(month) for month in normalize.MONTHS)
+DAY_PATTERN = (
+    f"^({_any_case('today')}|{_any_case('tonight')}|{_any_case('tomorrow')}"
+    f"|([Nn]ext )?({_WEEKDAY})|([1-9]|[12][0-9]|3[01]) ({_MONTH}))$"
+)
+"""A day as the model may write it: a word ("today", "tomorrow", "friday", "next friday")
+or a day and month ("14 march"). Not an ISO date: the model does not know today's date, and
+given the choice it writes a made-up one."""
+TIME_PATTERN = "^([Nn]oon|(1[0-2]|[1-9])(:[0-5][0-9])? ?(pm|PM))$"
+"""A time as the model may write it: noon, or an hour of the clock with "pm" ("7 pm",
+"8:15 pm"). Every table is seated from noon on, so the schema has no way to say a morning
+or a 24-hour time: the model would write "seven" as 07:00 or work out 17:00."""
+
 Day = Annotated[
     dt.date,
     BeforeValidator(lambda v: v if isinstance(v, dt.date) else parse_date(v)),
     WithJsonSchema(
         {
             "type": "string",
-            "description": "the day as the caller said it: today, tonight, tomorrow, a weekday "
-            "such as Friday, or a date such as 2025-03-14",
+            "pattern": DAY_PATTERN,
+            "description": "the day: today, tomorrow or the weekday the caller said",
         }
     ),
 ]
@@ -41,39 +66,53 @@ Time = Annotated[
     WithJsonSchema(
         {
             "type": "string",
-            "description": "the time as the caller said it, such as 7pm, seven thirty or 19:30",
+            "pattern": TIME_PATTERN,
+            "description": "the time with pm: a bare hour is in the evening",
         }
     ),
 ]
 PartySize = Annotated[
     int,
-    Field(ge=1, description="how many people, such as 2"),
+    Field(ge=1, description="how many people"),
     BeforeValidator(parse_party_size),
 ]
 Name = Annotated[
     str,
-    Field(description="the name the booking is under, such as Smith"),
+    Field(description="the surname the caller gave"),
     BeforeValidator(parse_name),
 ]
-"""What each argument reads: the schema the model sees says "string" (or "integer"), not
-a date format, so the model passes the caller's words and the validator normalises them."""
+OptionalDay = Annotated[
+    str | None,
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "string", "pattern": DAY_PATTERN}, {"type": "null"}],
+            "default": None,
+            "description": "the day the caller asked about; leave out for the whole week",
+        }
+    ),
+]
+"""What each argument reads. The schema the model sees is a pattern the call's grammar
+enforces (``voxpipe/engines/llama_tools.py``), which keeps a small model to the words it gets
+right; the validators read any form (a remote model enforces no grammar) and normalise it."""
 
 INSTRUCTIONS = """\
 You are Sofia, the host of Luigi's, an Italian restaurant at 12 Harbour Street, answering \
 the phone. Speak naturally, in one or two short sentences. Never use lists, markdown or \
 emoji. Never repeat the caller's words back to them; answer them.
 
-Use the tools for tables and times: check_availability to see if a table is free, \
-book_table to book one (you need a name, a day, a time and the number of people; ask for \
-what is missing), cancel_booking to cancel one, and opening_hours for when we are open. \
-Pass the day and time as the caller said them, like "tonight" and "7pm". After a tool, \
-tell the caller its message in your own words.
+Use the tools for tables and times: check_availability to see if a table is free, book_table \
+to book one (you need a name, a day, a time and the number of people; ask for what is \
+missing), cancel_booking to cancel one. You do not know the opening hours: call \
+opening_hours whenever the caller asks when we open or close, without a day for the whole \
+week. Pass the day as a word: today (tonight is today), tomorrow, or the weekday. Pass the \
+time with pm: we never seat in the morning, so a bare hour is in the evening (seven is 7 pm, \
+half past six is 6:30 pm). After a tool, tell the caller its message in your own words.
 
 What you know without a tool: we serve Italian food, pasta made fresh every day and \
 wood-fired pizza; there are vegetarian, vegan and gluten-free dishes. There is no dress \
-code. Dogs are welcome on the terrace. We take cards and cash. Parking is on the street \
-and free after 6 pm. The phone number is 555 0142. For groups larger than eight, ask \
-the caller to email events@luigis.example."""
+code. Dogs are welcome on the terrace. We take cards and cash. Parking is on the street and \
+free after 6 pm. The phone number is 555 0142. For groups larger than eight, ask the caller \
+to email events@luigis.example."""
 
 GREETING = "Thank you for calling Luigi's, this is Sofia. How can I help you?"
 
@@ -189,12 +228,7 @@ def cancel_booking(name: Name, date: Day) -> dict[str, Any]:
 
 
 @tool(effect="read_only", idempotent=True, timeout_s=2, says="message")
-def opening_hours(
-    day: Annotated[
-        str | None,
-        Field(description="a day such as today, tomorrow or Friday; leave out for the week"),
-    ] = None,
-) -> dict[str, Any]:
+def opening_hours(day: OptionalDay = None) -> dict[str, Any]:
     """When the restaurant is open, on one day or across the week."""
     if day is None or not day.strip() or day.strip().lower() in ("week", "all", "any"):
         return {"message": f"We are open {hours.week_summary()}"}
