@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import websockets
 
@@ -118,3 +119,14 @@ async def until_closed(ws: Any, timeout_s: float) -> tuple[list[Any], int, str]:
     rcvd = closing.value.rcvd
     assert rcvd is not None, "closed without a close frame"
     return received, rcvd.code, rcvd.reason
+
+
+def voiced(text: str) -> tuple[np.ndarray, int]:
+    """``text`` in Piper's voice (float32, its own rate), with 0.3 s of silence around it."""
+    from voxpipe.engines.base import CancelToken
+    from voxpipe.engines.piper_tts import PiperTts
+
+    tts = PiperTts(None, threads=1)
+    pcm = np.concatenate(list(tts.synthesize(text, CancelToken())))
+    pad = np.zeros(tts.sample_rate * 3 // 10, np.float32)
+    return np.concatenate([pad, pcm.astype(np.float32) / 32768.0, pad]), tts.sample_rate

@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support import RunningServer, start_server, stop_server, wait_ready
+from tests.support import RunningServer, start_server, stop_server, voiced, wait_ready
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.clients.twilio_client import TwilioLine
-from voxpipe.engines.base import CancelToken
 
 pytestmark = pytest.mark.e2e
 
@@ -36,12 +35,7 @@ REQUEST = "Book a table for two at seven tonight under the name Smith."
 @pytest.fixture(scope="module")
 def spoken() -> tuple[np.ndarray, int]:
     """The request in Piper's voice, with a little silence around it."""
-    from voxpipe.engines.piper_tts import PiperTts
-
-    tts = PiperTts(None, threads=1)
-    pcm = np.concatenate(list(tts.synthesize(REQUEST, CancelToken())))
-    pad = np.zeros(tts.sample_rate * 3 // 10, np.float32)
-    return np.concatenate([pad, pcm.astype(np.float32) / 32768.0, pad]), tts.sample_rate
+    return voiced(REQUEST)
 
 
 @pytest.fixture(scope="module")
