@@ -18,7 +18,7 @@ from voxpipe.conversation.events import ErrorCode
 
 pytestmark = pytest.mark.e2e
 
-DRAIN_S = 6
+DRAIN_S = 12  # the answer in flight (a sentence read, then about 4 s of reply) must fit
 BRIEF = "You are a voice assistant. Answer every message with one short sentence."
 
 
