@@ -100,6 +100,12 @@ def upstreams_of(cluster: LocalCluster, session_id: str) -> list[str]:
     return [m.group(2).split(", ")[-1] for m in found if m and m.group(1) == session_id]
 
 
+def worries(cluster: LocalCluster) -> list[str]:
+    """The workers' warnings and errors, for a failure's message."""
+    log = (cluster.workdir / "workers.log").read_text(errors="replace").splitlines()
+    return [line for line in log if " WARNING " in line or " ERROR " in line][-20:]
+
+
 def completed(client: NativeClient, turn_id: int) -> TurnResult | None:
     turn = client.turns.get(turn_id)
     return turn if turn is not None and turn.complete.is_set() else None
@@ -161,7 +167,8 @@ async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluste
 
     assert client.duplicate_frames == [] and client.duplicate_events == []
     assert sorted(client.turns) == [1, 2, 3, 4], "a turn was lost or split"
-    assert [t.status for t in (one, two, three, four)] == ["completed"] * 4
+    statuses = [t.status for t in (one, two, three, four)]
+    assert statuses == ["completed"] * 4, (statuses, client.errors, worries(cluster))
     assert len(three.seqs) > heard_before, "turn 3 was not answered after the failover"
     for turn in (one, two, four):
         seqs = turn.seqs

@@ -113,6 +113,9 @@ def test_a_booking_request_is_a_book_table_call_with_the_callers_details(llm: Ll
     assert "".join(d.arguments_delta for d in deltas if isinstance(d, ToolCallDelta)) == (
         call.arguments_json
     )
+    # The name goes out on its own first, so the reply can say the tool's phrase while the
+    # arguments are still being written.
+    assert deltas[0] == ToolCallDelta(call.call_id, "book_table", "")
     assert usage.finish_reason == "tool_calls"
 
 

@@ -15,7 +15,7 @@ import contextlib
 import enum
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -144,7 +144,12 @@ class ReplyAudio:
                 if not self.spoken and not phrase:
                     self.llm_gate.clear()
                 due = self._dry_at_ns(self._frames.qsize()) if self.spoken else None
-                stream = services.tts.synthesize(text, cancel, clock, deadline_ns=due)
+                ready = services.phrases.get(text) if phrase else None
+                stream = (
+                    _recorded(ready.audio)
+                    if ready is not None
+                    else services.tts.synthesize(text, cancel, clock, deadline_ns=due)
+                )
                 tracker.add_clause("" if phrase else text)
                 with contextlib.nullcontext() if phrase else stages.tts(clock):
                     async with contextlib.aclosing(stream):
@@ -227,3 +232,9 @@ class ReplyAudio:
         now = time.monotonic_ns()
         queued_ns = frames_waiting * cfg.out_frame_ms * 1_000_000
         return max(now, self._pacer.ends_at_ns) + queued_ns - TTS_MARGIN_NS
+
+
+async def _recorded(audio: np.ndarray) -> AsyncGenerator[np.ndarray, None]:
+    """A phrase synthesized at start-up (``Services.phrases``), as the TTS would stream it:
+    said at once, never queued behind another call's synthesis."""
+    yield (audio * 32768.0).astype(np.int16)

@@ -3,6 +3,7 @@ and the agent (its instructions, greeting and tools)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,7 +76,8 @@ class CallStore(Protocol):
 @dataclass(frozen=True)
 class Filler:
     """The words said when the LLM is late, synthesized once at start-up: at that moment
-    the TTS may be as busy as the LLM, so the filler must not wait for it."""
+    the TTS may be as busy as the LLM, so the filler must not wait for it. The tools'
+    phrases are kept the same way (:attr:`Services.phrases`): they are due just as fast."""
 
     text: str
     audio: np.ndarray  # float32 mono at ``rate``
@@ -88,6 +90,10 @@ class Filler:
         chunks = list(tts.synthesize(text, CancelToken()))
         pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
         return cls(text, pcm.astype(np.float32) / 32768.0, tts.sample_rate)
+
+    @classmethod
+    def synthesize_all(cls, texts: Iterable[str], tts: TtsEngine) -> dict[str, Filler]:
+        return {t: f for t in sorted(set(texts)) if (f := cls.synthesize(t, tts)) is not None}
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ class Services:
     turn_log: TurnLog
     filler: Filler | None = None
     store: CallStore | None = None
+    phrases: Mapping[str, Filler] = field(default_factory=dict)  # by text, made at start-up
     tracing: Tracing = field(default_factory=Tracing.off)
     agent: RunningAgent | None = None
     vad: QueuedVad = field(init=False, repr=False, compare=False)

@@ -41,6 +41,7 @@ from voxpipe.conversation.partials import PartialTranscripts
 from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply import Reply, ReplyContext, SendAudio, SendEvent
+from voxpipe.conversation.reply_status import ReplyStatus
 from voxpipe.conversation.saved_state import AnsweredAudio, ContextRebuild, new_call_id
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.summarizer import Summarizer
@@ -351,7 +352,9 @@ class Session(ClientCommands):
         self._answered.answered(reply.turn_id)
         self.persist()
         if not self._detector.in_speech:  # else the caller's next reply needs the LLM first
-            self.summarizer.after_turn(reply.timeline.counters.get("llm", {}))
+            counters = reply.timeline.counters
+            stale = bool(counters.get("tools")) or reply.status is ReplyStatus.INTERRUPTED
+            self.summarizer.after_turn(counters.get("llm", {}), stale)
 
     # -- client reports and requests ------------------------------------------
 

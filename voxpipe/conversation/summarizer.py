@@ -1,12 +1,20 @@
-"""Keep long calls fast: condense older turns into a summary, off the critical path.
+"""Keep long calls fast: the next turn's prompt ready in the KV cache, off the critical path.
 
 After a reply whose prompt passed ``llm.summarize_after_tokens``, the LLM
 condenses all but the last ``llm.keep_recent_messages`` messages (and any
 earlier summary) into a few sentences, then pre-fills the new, shorter
 prompt into the call's KV cache, so the next turn adds only its own tokens.
-Both run on the LLM's thread between turns and are cancellable: when the next reply
-starts (the caller paused or finished), the work stops within one prefill batch
-and is retried after that reply.
+
+A turn can leave the KV cache behind the history without any summary: a tool's call
+(written in the router's prompt, ``llama_llm.py``), its result and an answer the tool said
+were never generated in the call's context, and an answer cut short by a barge-in is kept
+only as far as the caller heard it. The next prompt would prefill all that (``bench
+tool-turns`` measured 158 tokens at p50 after tool turns, against about 20 after plain
+ones), so such a turn's history is pre-filled right away, while the caller listens.
+
+All of it runs on the LLM's thread between turns and is cancellable: when the next reply
+starts (the caller paused or finished), the work stops within one prefill batch and is
+retried after that reply.
 """
 
 from __future__ import annotations
@@ -47,19 +55,31 @@ class Summarizer:
         self._task: asyncio.Task[None] | None = None
         self._cancel = CancelToken()
         self.summaries = 0
+        self.prefilled_tokens = 0  # by prefills after stale turns (not after summaries)
         self.last: dict[str, Any] = {}
 
-    def after_turn(self, llm: dict[str, Any]) -> None:
-        cfg = self.services.config.llm
-        if (
-            not cfg.summarize_after_tokens
-            or llm.get("prompt_tokens", 0) < cfg.summarize_after_tokens
-        ):
-            return
-        if len(self.history.turns) <= cfg.keep_recent_messages or self.busy:
+    def after_turn(self, llm: dict[str, Any], stale: bool = False) -> None:
+        """``llm``: the turn's LLM counters; ``stale``: the turn's history is not what its
+        generation left in the KV cache (a tool ran, or the answer was cut short)."""
+        if self.busy:
             return
         self._cancel = CancelToken()
-        self._task = asyncio.create_task(self._run(self._cancel), name=f"summary-{self.session_id}")
+        if self._due(llm):
+            self._task = asyncio.create_task(
+                self._run(self._cancel), name=f"summary-{self.session_id}"
+            )
+        elif stale and self.services.llm.idle:  # optional work never delays another call
+            self._task = asyncio.create_task(
+                self._prefill(self._cancel), name=f"prefill-{self.session_id}"
+            )
+
+    def _due(self, llm: dict[str, Any]) -> bool:
+        cfg = self.services.config.llm
+        return (
+            bool(cfg.summarize_after_tokens)
+            and llm.get("prompt_tokens", 0) >= cfg.summarize_after_tokens
+            and len(self.history.turns) > cfg.keep_recent_messages
+        )
 
     @property
     def busy(self) -> bool:
@@ -107,6 +127,13 @@ class Summarizer:
             return
         finally:
             llm.forget(f"{self.session_id}#summary")
+
+    async def _prefill(self, cancel: CancelToken) -> None:
+        with contextlib.suppress(EngineBusy):
+            warm = await self.services.llm.prefill(
+                self.session_id, self.history.messages(), cancel, tools=self._tools()
+            )
+            self.prefilled_tokens += warm.prefill_tokens
 
     async def wait(self) -> None:
         if self._task is not None:

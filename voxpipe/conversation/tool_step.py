@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from voxpipe.agent import ToolCall, ToolEffect, ToolResult, ToolStatus
+from voxpipe.agent import Tool, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
 from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
 from voxpipe.engines.base import CancelToken, ChatMessage, ToolCallDelta, ToolCallRequest
@@ -43,6 +43,13 @@ TICK_S = 0.05
 FOLLOW_UPS = ("Still working on it.", "Almost there.", "Thanks for waiting.")
 NOT_RUN = "not run: the caller spoke first"
 MAX_TOOL_ROUNDS = 3  # requests with tools in one turn; the next one answers without
+
+
+def phrases_of(toolbox: Iterable[Tool]) -> set[str]:
+    """Everything a :class:`SilenceGuard` or a timeout may say for these tools: the server
+    synthesizes them at start-up (``Services.phrases``)."""
+    said = {text for t in toolbox for text in (t.policy.phrase, t.policy.timeout_phrase)}
+    return {text for text in (*said, *FOLLOW_UPS) if text.strip()} if said else set()
 
 
 class ToolOutcome(enum.Enum):
@@ -90,6 +97,8 @@ class ToolRound:
         """The model is writing a call's arguments: a client sees its own tool's arguments
         come; a server tool's phrase is due from now."""
         if self._ledger.runs_on_client(delta.name):
+            if not delta.arguments_delta:
+                return
             await self._voice.emit(
                 ToolArgumentsDelta(
                     self._voice.turn_id, delta.call_id, delta.name, delta.arguments_delta

@@ -108,8 +108,9 @@ class LlamaToolCalls:
         self, tokens: list[int], tools: tuple[ToolSpec, ...], cancel: CancelToken, usage: LlmUsage
     ) -> Iterator[LlmOutput]:
         """After the prompt ``tokens``: write the call's fixed start, sample the rest under the
-        tools' grammar until its JSON closes, yielding the arguments as they come and then
-        the call."""
+        tools' grammar until its JSON closes, yielding the name once written (an empty
+        delta: the reply says the tool's phrase while the arguments are written), the
+        arguments as they come, and then the call."""
         call_id = new_call_id()
         scanner = ArgumentsScanner()
         scanner.push(CALL_PREFIX)
@@ -124,6 +125,7 @@ class LlamaToolCalls:
             grammar=self.grammar(tools),
         )
         usage.finish_reason = "length"
+        named = False  # the name went out, ahead of the arguments: the phrase can start
         try:
             for token in gen:
                 if cancel.cancelled:
@@ -133,7 +135,8 @@ class LlamaToolCalls:
                     break
                 usage.completion_tokens += 1
                 delta = scanner.push(decoder.decode(self._llm.detokenize([token], special=True)))
-                if delta:
+                if delta or (scanner.name and not named):
+                    named = True
                     yield ToolCallDelta(call_id, scanner.name, delta)
                 if scanner.complete:
                     usage.finish_reason = "tool_calls"

@@ -32,6 +32,7 @@ from voxpipe.agent import Agent, RunningAgent, resolve_agent
 from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.conversation.services import Filler
+from voxpipe.conversation.tool_step import phrases_of
 from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage
 from voxpipe.engines.llama_llm import WARMUP_SENTENCE
 from voxpipe.engines.loader import load_engines, warm_one
@@ -138,6 +139,9 @@ def create_app(
             )
             state.agent = await RunningAgent.start(agent)  # MCP servers' tools found here
             await warm_agent(config, queued.llm, state.agent)
+            phrases = await queued.tts.run(
+                functools.partial(Filler.synthesize_all, phrases_of(state.agent.toolbox))
+            )
             store = await open_store(config.store, state.worker)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
             log.exception("model loading failed")
@@ -145,7 +149,7 @@ def create_app(
             if runners is not None:
                 runners.close()
             return
-        state.install(engines, runners, filler, store)
+        state.install(engines, runners, filler, store, phrases)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

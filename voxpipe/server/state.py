@@ -7,7 +7,7 @@ apart from them so that each imports it and none imports another for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from voxpipe.agent import RunningAgent
 from voxpipe.config import Config
@@ -66,6 +66,7 @@ class ServerState:
         runners: Runners,
         filler: Filler | None = None,
         store: CallStore | None = None,
+        phrases: Mapping[str, Filler] | None = None,
     ) -> None:
         self.services = Services(
             config=self.config,
@@ -77,6 +78,7 @@ class ServerState:
             store=store,
             tracing=self.tracing,
             agent=self.agent,
+            phrases=phrases or {},
         )
         self.metrics.ready.set(1)
         for callback in self.on_ready:

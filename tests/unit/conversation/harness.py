@@ -59,6 +59,7 @@ class Call:
         store: CallStore | None = None,
         tracing: Tracing | None = None,
         agent: RunningAgent | None = None,
+        phrases: dict[str, Filler] | None = None,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
@@ -83,6 +84,7 @@ class Call:
             store=store,
             tracing=tracing or Tracing.off(),
             agent=agent,
+            phrases=phrases or {},
         )
         self.send_yields = send_yields
         self._send_lock = asyncio.Lock()

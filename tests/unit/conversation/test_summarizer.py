@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.unit.conversation.harness import Call, silence, speech
+from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
+from voxpipe.agent import tool
 from voxpipe.conversation.summarizer import INSTRUCTIONS, Summarizer
 from voxpipe.engines.base import ChatMessage
 
@@ -137,3 +139,29 @@ async def test_no_summary_starts_while_the_caller_is_speaking(
     await call.idle()
     assert len(llm.calls) == 3 and len(llm.summary_calls) == 1  # after reply 3, not before
     assert call.session.history.summary
+
+
+async def test_a_tool_turns_history_is_prefilled_while_the_caller_listens(
+    make_call: Callable[..., Call],
+) -> None:
+    """Its call, result and answer were never generated in the call's KV cache: the next
+    prompt would prefill them on the critical path. A plain turn's reply is in the cache."""
+
+    @tool
+    async def opening_hours(day: str) -> str:
+        """Opening hours."""
+        return "noon to ten"
+
+    llm = FakeLlm(["Hi", "."], [called("opening_hours", day="Sunday")], ["Noon", " to ten."])
+    call = make_call(stt=FakeStt("hello", "hours on sunday"), llm=llm, agent=running(opening_hours))
+    await call.say()
+    await call.idle()
+    assert llm.prefills == []
+
+    await call.say()
+    await call.idle()
+    history = call.session.history
+    assert [m.role for m in history.turns][-3:] == ["assistant", "tool", "assistant"]
+    assert llm.prefills == [("call-1", history.messages())]
+    assert [t.name for t in llm.prefill_tools[0]] == ["opening_hours"]  # as the next prompt
+    assert call.session.summarizer.prefilled_tokens > 0

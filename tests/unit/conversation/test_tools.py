@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.unit.conversation.harness import Call, silence, speech
+from tests.unit.conversation.harness import RATE, Call, silence, speech
 from tests.unit.conversation.test_tracing import attrs, named, otel
 from tests.unit.conversation.tools_support import StateStore, called, running
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
 from voxpipe.agent import tool
+from voxpipe.agent.tools import DEFAULT_TIMEOUT_PHRASE
 from voxpipe.conversation.events import (
     AudioOut,
     ResponseTextDelta,
@@ -23,7 +24,7 @@ from voxpipe.conversation.events import (
     TurnMetrics,
 )
 from voxpipe.conversation.services import Filler
-from voxpipe.conversation.tool_step import MAX_SILENCE_S, PHRASE_AFTER_S
+from voxpipe.conversation.tool_step import MAX_SILENCE_S, PHRASE_AFTER_S, phrases_of
 
 
 def metrics_of(call: Call, turn_id: int) -> dict[str, Any]:
@@ -184,6 +185,33 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
     # The phrase is not the answer: the caller heard, and the history keeps, the answer.
     assert call.done(1).text == "Yes, we have a table."  # type: ignore[union-attr]
     assert call.session.history.turns[-1].content == "Yes, we have a table."
+
+
+async def test_a_phrase_made_at_start_up_is_said_without_the_tts(
+    make_call: Callable[..., Call],
+) -> None:
+    """The TTS may be busy with another call just when a phrase is due: the server makes
+    every phrase its tools can say once, at start-up, and sends those frames at once."""
+
+    @tool(phrase="Let me check the book.", effect="read_only")
+    async def check_availability(party_size: int) -> str:
+        """Is a table free?"""
+        await asyncio.sleep(0.6)
+        return "free"
+
+    agent = running(check_availability)
+    phrases = Filler.synthesize_all(phrases_of(agent.toolbox), FakeTts())
+    assert {"Let me check the book.", DEFAULT_TIMEOUT_PHRASE, "Almost there."} <= set(phrases)
+    llm = FakeLlm([called("check_availability", party_size=2)], ["Yes", ", we have one."])
+    call = make_call(llm=llm, agent=agent, deadlines={"filler": ""}, phrases=phrases)
+    await call.say()
+    await call.idle()
+
+    assert call.tts.clauses == ["Yes, we have one."]  # the phrase did not go to the TTS
+    stages = metrics_of(call, 1)["stages_ms"]
+    assert stages["tool_phrase_sent"] < stages["first_audio_sent"]
+    phrase_frames = len(phrases["Let me check the book."].audio) // (RATE // 50)
+    assert len(call.frames(1)) >= phrase_frames + FakeTts().samples_per_clause // (RATE // 50)
 
 
 async def test_a_tool_past_its_timeout_says_its_timeout_phrase(
