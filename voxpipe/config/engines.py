@@ -85,7 +85,8 @@ class LlmConfig(BaseModel):
     summarize_after_tokens: int = Field(
         1800,
         ge=0,
-        description="When the prompt passes this many tokens, older turns are condensed into a "
+        description="When the conversation in the prompt (less the instructions and tools, "
+        "which no summary shortens) passes this many tokens, older turns are condensed into a "
         "summary by the LLM after the reply, off the critical path. 0 = never.",
     )
     keep_recent_messages: int = Field(

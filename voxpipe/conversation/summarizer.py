@@ -1,6 +1,7 @@
 """Keep long calls fast: the next turn's prompt ready in the KV cache, off the critical path.
 
-After a reply whose prompt passed ``llm.summarize_after_tokens``, the LLM
+After a reply whose conversation passed ``llm.summarize_after_tokens`` (the prompt less its
+system message and tools, which no summary shortens), the LLM
 condenses all but the last ``llm.keep_recent_messages`` messages (and any
 earlier summary) into a few sentences, then pre-fills the new, shorter
 prompt into the call's KV cache, so the next turn adds only its own tokens.
@@ -77,7 +78,8 @@ class Summarizer:
         cfg = self.services.config.llm
         return (
             bool(cfg.summarize_after_tokens)
-            and llm.get("prompt_tokens", 0) >= cfg.summarize_after_tokens
+            and llm.get("prompt_tokens", 0) - llm.get("instruction_tokens", 0)
+            >= cfg.summarize_after_tokens
             and len(self.history.turns) > cfg.keep_recent_messages
         )
 

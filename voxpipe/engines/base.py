@@ -221,6 +221,7 @@ class LlmUsage:
     """Filled in by the engine while it streams."""
 
     prompt_tokens: int = 0
+    instruction_tokens: int = 0  # of those, the system message and tools: no summary shortens them
     reused_tokens: int = 0  # prompt tokens whose KV state was already in the context
     prefill_tokens: int = 0  # prompt tokens actually evaluated for this request
     completion_tokens: int = 0

@@ -215,11 +215,13 @@ class LlamaLlm:
         messages: Sequence[ChatMessage],
         add_header: bool = True,
         tools: Sequence[ToolSpec] = (),
+        usage: LlmUsage | None = None,
     ) -> tuple[list[int], int]:
         """ChatML tokens for ``messages`` plus the assistant header; drops the oldest turns
         (never the system prompt) when the prompt and a full reply would overflow the context.
         Returns the tokens and the number of messages dropped. ``tools`` go in the first
-        system message, as Qwen's template puts them."""
+        system message, as Qwen's template puts them. ``usage`` gets the system part's
+        length (the summarizer's threshold leaves it out)."""
         header = self._header if add_header else []
         system = [m for m in messages if m.role == "system"]
         rest = [m for m in messages if m.role != "system"]
@@ -227,6 +229,8 @@ class LlamaLlm:
             first = system[0].content if system else None
             system = [ChatMessage("system", system_with_tools(first, tools)), *system[1:]]
         head = [t for m in system for t in self._message_tokens(m)]
+        if usage is not None:
+            usage.instruction_tokens = len(head)
         pieces = self._pieces(rest)
         budget = self.n_ctx - self.max_tokens - len(head) - len(header)
         dropped = 0
@@ -388,7 +392,7 @@ class LlamaLlm:
     ) -> Iterator[str]:
         with self._lock:
             usage.state_restored = self._take_context(session_id)
-            tokens, dropped = self.prompt_tokens(messages)
+            tokens, dropped = self.prompt_tokens(messages, usage=usage)
             usage.extra["dropped_messages"] = dropped
             if not self._prefill(tokens, 1, cancel, usage):
                 usage.finish_reason = "cancelled"
@@ -464,7 +468,7 @@ class LlamaLlm:
     ) -> Iterator[LlmOutput]:
         with self._lock:
             usage.state_restored = self._take_context(session_id)
-            tokens, dropped = self.prompt_tokens(messages, tools=tools)
+            tokens, dropped = self.prompt_tokens(messages, tools=tools, usage=usage)
             usage.extra["dropped_messages"] = dropped
             if not self._prefill(tokens, 1, cancel, usage):
                 usage.finish_reason = "cancelled"

@@ -58,6 +58,9 @@ class TokenUsage(Protocol):
     def prompt_tokens(self) -> int: ...
 
     @property
+    def instruction_tokens(self) -> int: ...
+
+    @property
     def reused_tokens(self) -> int: ...
 
     @property
@@ -220,6 +223,7 @@ class StageTimer:
         tl.compute_s["llm_total"] = job.compute_s
         tl.counters["llm"] = {
             "prompt_tokens": usage.prompt_tokens,
+            "instruction_tokens": usage.instruction_tokens,
             "reused_tokens": usage.reused_tokens,
             "prefill_tokens": usage.prefill_tokens,
             "completion_tokens": usage.completion_tokens,

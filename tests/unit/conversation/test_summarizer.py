@@ -165,3 +165,24 @@ async def test_a_tool_turns_history_is_prefilled_while_the_caller_listens(
     assert llm.prefills == [("call-1", history.messages())]
     assert [t.name for t in llm.prefill_tools[0]] == ["opening_hours"]  # as the next prompt
     assert call.session.summarizer.prefilled_tokens > 0
+
+
+async def test_the_instructions_and_tools_do_not_count_toward_a_summary(
+    make_call: Callable[..., Call],
+) -> None:
+    """No summary shortens them: counted, an agent whose tools alone pass the threshold
+    would summarize after every turn and prefill its whole conversation again each time
+    (``bench tool-turns``: 1000-token prefills, a filler on most plain turns)."""
+    llm = FakeLlm(summary=["The caller", " counted."])
+    call = make_call(llm=llm, llm_config=SMALL)
+    history = call.session.history
+    for text in ("one", "Sure.", "two", "Okay."):
+        (history.add_user if text.islower() else history.add_assistant)(text)
+    summarizer = Summarizer("call-1", call.services, history)
+
+    summarizer.after_turn({"prompt_tokens": 1600, "instruction_tokens": 1595})
+    assert not summarizer.busy
+    summarizer.after_turn({"prompt_tokens": 1605, "instruction_tokens": 1595})
+    assert summarizer.busy
+    await summarizer.wait()
+    assert summarizer.summaries == 1

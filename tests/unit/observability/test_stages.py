@@ -26,6 +26,7 @@ class Job:
 @dataclass
 class Usage:
     prompt_tokens: int = 12
+    instruction_tokens: int = 3
     reused_tokens: int = 4
     prefill_tokens: int = 8
     completion_tokens: int = 5
