@@ -42,7 +42,7 @@ from voxpipe.engines.base import (
     LlmUsage,
     ToolSpec,
 )
-from voxpipe.engines.llama_tools import LlamaToolCalls
+from voxpipe.engines.llama_tools import LlamaToolCalls, common_prefix
 from voxpipe.engines.qwen_tools import (
     MarkupFilter,
     call_body,
@@ -91,14 +91,6 @@ class StateCache:
 
     def __len__(self) -> int:
         return len(self._items)
-
-
-def _common_prefix(a: np.ndarray, b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.nonzero(a[:n] != np.asarray(b[:n], dtype=a.dtype))[0]
-    return int(diff[0]) if diff.size else n
 
 
 # A caller's sentence of typical length (about 25 tokens), for the warm-up.
@@ -310,7 +302,7 @@ class LlamaLlm:
         batches, checking ``cancel`` between them (a long prefill must not block a barge-in).
         Returns False if cancelled."""
         llm = self._llm
-        reused = _common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+        reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
         if reused == len(tokens) and keep_last:
             reused -= 1  # llama.cpp replays one token to get fresh logits
         usage.prompt_tokens = len(tokens)
@@ -535,7 +527,7 @@ class LlamaLlm:
         size = cpp.llama_state_seq_get_size(ctx, 0)
         kv = (ctypes.c_uint8 * size)()
         written = cpp.llama_state_seq_get_data(ctx, kv, size, 0)
-        shared = min(_common_prefix(ids, alone), len(alone) - 1)
+        shared = min(common_prefix(ids, alone), len(alone) - 1)
         try:
             llm._ctx.kv_cache_seq_rm(-1, shared, -1)
             llm.n_tokens = shared

@@ -6,10 +6,12 @@ JSON line per tool to the first system message, has the assistant answer a call 
 a user turn, one ``<tool_response>`` block per result. The prompt text here is that
 template's, character for character, so the model sees what it was trained on.
 
-What the model writes after ``<tool_call>`` is constrained by a llama.cpp grammar
-(:func:`call_grammar`): the name is one of the tools', the arguments an object valid for
-that tool's schema (llama.cpp's own JSON-schema converter), so a call always parses. The
-engine writes :data:`CALL_PREFIX` itself and the grammar starts after it. Whether the
+What the model writes after ``<tool_call>`` is constrained by llama.cpp grammars built with
+llama.cpp's own JSON-schema converter: the name is one of the tools' (:func:`name_grammar`),
+each argument valid for its schema, and the JSON around them written by the engine
+(:func:`call_steps`), so a call always parses. :func:`call_grammar` is the whole call's
+grammar, one rule per tool, which the steps follow piece by piece. The engine writes
+:data:`CALL_PREFIX` itself. Whether the
 model calls at all is decided before the grammar starts (see ``llama_llm.py``), so a plain
 answer streams with no grammar and no extra latency.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from voxpipe.engines.base import ToolCallRequest, ToolSpec, new_call_id
@@ -88,6 +91,63 @@ def call_grammar(tools: Sequence[ToolSpec]) -> str:
     return converter.format_grammar() + "\n" + root + "\n"
 
 
+@dataclass(frozen=True)
+class CallStep:
+    """Fixed text the engine writes (evaluated in one batch, never sampled), then a value
+    the model samples under ``grammar``, which ends on ``delimiter`` (None: the call is
+    complete after ``fixed``)."""
+
+    fixed: str
+    grammar: str | None = None
+    delimiter: str = ""
+
+
+def call_steps(tool: ToolSpec) -> tuple[CallStep, ...]:
+    """How a call of ``tool`` is written after its name: the JSON's keys, quotes and commas
+    are fixed by the schema, so only the values are sampled (a token sampled costs about as
+    much as ten evaluated in one batch on a CPU). Each value's grammar ends with the
+    character the model writes after it, ``,`` or ``}``, so the model says where the value
+    ends. An object with optional or unusual properties is sampled whole, under its own
+    grammar (:func:`call_grammar`'s rule for it)."""
+    schema = dict(tool.parameters)
+    properties: dict[str, Any] = dict(schema.get("properties") or {})
+    required = list(schema.get("required") or ())
+    if not properties:
+        return (CallStep(NAME_TO_ARGUMENTS + "{}}"),)
+    simple = set(required) == set(properties) and "$defs" not in schema
+    if not simple:  # the object's own closing brace ends it
+        opening = NAME_TO_ARGUMENTS.rstrip()
+        return (CallStep(opening, value_grammar(schema, ""), "}"), CallStep("}"))
+    steps = []
+    for i, name in enumerate(properties):
+        last = i == len(properties) - 1
+        key = f"{_tojson(name)}:"  # the space after it is the value's: ' "' is one token
+        fixed = NAME_TO_ARGUMENTS + "{" + key if i == 0 else " " + key
+        delimiter = "}" if last else ","
+        steps.append(CallStep(fixed, value_grammar(properties[name], delimiter), delimiter))
+    steps.append(CallStep("}"))  # the call's own brace
+    return tuple(steps)
+
+
+def value_grammar(schema: Mapping[str, Any], delimiter: str) -> str:
+    """GBNF for one JSON value of ``schema`` followed by ``delimiter``, after an optional
+    space: the model writes the space and the value's first character as one token, as in
+    its training (fixed text that ends in the space leaves it a token it rarely saw there,
+    and its values go wrong: "stringsmith" for Smith)."""
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    rule = converter.visit(converter.resolve_refs(dict(schema), "value"), "value")
+    end = f" {_literal(delimiter)}" if delimiter else ""
+    return f'{converter.format_grammar()}\nroot ::= " "? {rule}{end}\n'
+
+
+def name_grammar(tools: Sequence[ToolSpec]) -> str:
+    """GBNF for a tool's name and the quote that closes it."""
+    names = " | ".join(_literal(tool.name) for tool in tools)
+    return f'root ::= ( {names} ) "\\""\n'
+
+
 # -- reading what the model wrote ------------------------------------------------------------
 
 
@@ -132,6 +192,12 @@ class ArgumentsScanner:
                 if start < len(self.text):
                     self._args_start = start
         return self._emitted()[len(before) :]
+
+    def value_ended(self, delimiter: str) -> bool:
+        """The text so far ends a value of the call's arguments with ``delimiter``: ``,``
+        between two of them, ``}`` closing the arguments (:class:`CallStep`)."""
+        depth = 2 if delimiter == "," else 1
+        return self.text.endswith(delimiter) and not self._in_string and self._depth == depth
 
     def _step(self, i: int) -> None:
         c = self.text[i]

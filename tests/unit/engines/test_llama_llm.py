@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voxpipe.engines.llama_llm import StateCache, _common_prefix, _SavedState
+from voxpipe.engines.llama_llm import StateCache, _SavedState
+from voxpipe.engines.llama_tools import common_prefix
 
 
 def state(kv_bytes: int, n_tokens: int = 4) -> _SavedState:
@@ -82,11 +83,11 @@ def test_zero_bound_keeps_nothing() -> None:
     ],
 )
 def test_common_prefix(cached: list[int], prompt: list[int], expected: int) -> None:
-    assert _common_prefix(np.asarray(cached, dtype=np.intc), prompt) == expected
+    assert common_prefix(np.asarray(cached, dtype=np.intc), prompt) == expected
 
 
 def test_common_prefix_on_a_long_prompt() -> None:
     cached = np.arange(5000, dtype=np.intc)
     prompt = list(range(5000))
     prompt[4321] = -1
-    assert _common_prefix(cached, prompt) == 4321
+    assert common_prefix(cached, prompt) == 4321

@@ -19,6 +19,8 @@ from voxpipe.engines.qwen_tools import (
     ToolCallParseError,
     call_body,
     call_grammar,
+    call_steps,
+    name_grammar,
     parse_call,
     system_with_tools,
     tool_response,
@@ -128,6 +130,67 @@ def test_the_grammar_is_one_llama_cpp_accepts() -> None:
     )
     assert sampler
     llama_cpp.llama_sampler_free(sampler)
+
+
+def test_a_call_is_fixed_text_between_the_values_the_model_samples() -> None:
+    """Keys, quotes and commas come from the schema (evaluated in one batch, not sampled);
+    each value's grammar ends on the character after it, so the model says where it ends."""
+    steps = call_steps(BOOK)
+    assert [s.fixed for s in steps] == [
+        '", "arguments": {"name":',
+        ' "time":',
+        ' "party_size":',
+        "}",
+    ]
+    assert [s.delimiter for s in steps] == [",", ",", "}", ""]
+    assert steps[-1].grammar is None
+    assert all(s.grammar.splitlines()[-1].startswith('root ::= " "? ') for s in steps[:-1])
+    # Written as the engine writes it: the name, then fixed text and sampled values in turn.
+    scanner = ArgumentsScanner()
+    scanner.push(CALL_PREFIX + "book_table")
+    sampled = [' "Smith, J",', ' "19:00",', " 2}"]
+    for step, value in zip(steps, [*sampled, ""], strict=True):
+        scanner.push(step.fixed)
+        for i, ch in enumerate(value):  # a comma inside a string does not end the value
+            scanner.push(ch)
+            assert scanner.value_ended(step.delimiter) == (i == len(value) - 1)
+    assert scanner.complete
+    call = parse_call(scanner.text, [BOOK, HOURS])
+    assert call.arguments == {"name": "Smith, J", "time": "19:00", "party_size": 2}
+
+
+def test_optional_arguments_are_sampled_as_one_object() -> None:
+    sampled, end = call_steps(HOURS)
+    assert sampled.fixed == '", "arguments":' and sampled.delimiter == "}"
+    assert end.fixed == "}" and end.grammar is None
+    assert "day-kv )?" in str(sampled.grammar)
+    scanner = ArgumentsScanner()
+    scanner.push(CALL_PREFIX + "opening_hours" + sampled.fixed + ' {"day": "sunday"}')
+    assert scanner.value_ended("}") and not scanner.complete
+    scanner.push(end.fixed)
+    assert parse_call(scanner.text, [HOURS]).arguments == {"day": "sunday"}
+
+
+def test_a_tool_without_arguments_is_written_whole() -> None:
+    (step,) = call_steps(ToolSpec("transfer", "To a person.", {"type": "object"}))
+    assert step.fixed == '", "arguments": {}}' and step.grammar is None
+
+
+def test_the_step_grammars_are_ones_llama_cpp_accepts() -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from voxpipe.config import Config
+    from voxpipe.engines.model_files import QWEN_FILE
+
+    path = Config().llm.cache_dir / QWEN_FILE
+    if not path.is_file():
+        pytest.skip("the embedded model is not assembled")
+    vocab = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)._model.vocab
+    grammars = [name_grammar([BOOK, HOURS])]
+    grammars += [s.grammar for t in (BOOK, HOURS) for s in call_steps(t) if s.grammar]
+    for grammar in grammars:
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+        assert sampler, grammar
+        llama_cpp.llama_sampler_free(sampler)
 
 
 def test_a_grammar_needs_a_tool() -> None:
