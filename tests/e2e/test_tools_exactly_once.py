@@ -12,7 +12,7 @@ execution counted in a SQLite file the test reads), and then:
   done**: the other worker restores the call, does not run the tool again, has its result
   in the restored history, and gives the answer the dead worker never finished;
 - **the worker is killed while the tool runs**: the other worker does not run it again;
-  the model is told its outcome is unknown, and answers.
+  its result is an unknown outcome, and the caller hears so in plain words.
 
 Each test prints its figures (``-s``): when the tool started and ended, when the line
 dropped or the worker was killed, and which worker answered.
@@ -39,6 +39,7 @@ from tests.e2e.slow_booking_agent import connect
 from tests.e2e.test_cluster import port_of, worker_of
 from tests.support import history_of, voiced
 from voxpipe.clients.native_client import NativeClient, TurnResult
+from voxpipe.conversation.tool_ledger import UNKNOWN_SAID
 from voxpipe.server.local_cluster import LocalCluster, free_port_run
 
 pytestmark = pytest.mark.e2e
@@ -382,7 +383,7 @@ async def test_a_tool_whose_worker_dies_while_it_runs_is_not_run_again(
     (result,) = results_in(messages, call_id)
     assert UNKNOWN in result, result
     assert tool_messages(history) == [result], history
-    assert answer.status == "completed" and answer.reply.strip(), answer.done
+    assert answer.status == "completed" and answer.reply.strip() == UNKNOWN_SAID, answer.done
     assert ends_on_answer(history, answer.reply), history
     print(
         "\nfailover during the tool:",

@@ -45,7 +45,7 @@ from voxpipe.conversation.reply_status import ReplyStatus
 from voxpipe.conversation.saved_state import AnsweredAudio, ContextRebuild, new_call_id
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.summarizer import Summarizer
-from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
+from voxpipe.conversation.tool_ledger import UNKNOWN_SAID, ToolLedger, ToolRun
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
 from voxpipe.conversation.turn_messages import FinishedTurns, TurnMessages
 from voxpipe.conversation.turn_taking import TurnTaking, Yield
@@ -419,13 +419,15 @@ class Session(ClientCommands):
             )
         if reruns or (self.history.turns and self.history.turns[-1].role == "tool"):
             # A tool's result (or its unknown outcome) comes after the last word: answer it.
-            self._restored_answer = asyncio.create_task(self._answer_restored(reruns))
+            said = None if reruns or not self.ledger.unknown_after_restore else UNKNOWN_SAID
+            self._restored_answer = asyncio.create_task(self._answer_restored(reruns, said))
         return input_samples
 
-    async def _answer_restored(self, reruns: list[ToolRun]) -> None:
+    async def _answer_restored(self, reruns: list[ToolRun], said: str | None) -> None:
+        """``said``: the words for calls whose outcome is unknown, rather than the model's."""
         await asyncio.gather(*(run.task for run in reruns), return_exceptions=True)
         if not self.closed:
-            self.respond()
+            self.respond(say=said)
 
     async def close(self, reason: str = "hangup") -> None:
         """Cancel the replies in flight and wait until their engine work has stopped."""

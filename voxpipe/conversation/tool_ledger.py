@@ -38,6 +38,13 @@ RESTARTED = (
     "the outcome of this call is unknown: the server restarted while it ran; do not assume "
     "it succeeded — check before retrying"
 )
+# What the caller hears when every call left running by a dead worker has an unknown
+# outcome: said as it is, not by the model (the 0.5B model read the error out, markup and
+# all). The model sees the result and these words on the next turn.
+UNKNOWN_SAID = (
+    "I'm sorry, we were cut off while I was doing that, and I can't tell whether it went "
+    "through. I can check it for you."
+)
 CLOSE_GRACE_S = 1.0  # past a running tool's own timeout, before its outcome is unknown
 RUNNING = '{"status":"running","note":"still running: its result follows when it is done"}'
 
@@ -100,6 +107,7 @@ class ToolLedger:
         self._runs: dict[str, ToolRun] = {}  # running now, by call id
         self._answered: set[str] = set()  # call ids whose result is in the history
         self._reruns: set[str] = set()  # restored calls run again: never a third time
+        self.unknown_after_restore: list[str] = []  # calls the restore found dead mid-run
         self._made: dict[tuple[str, str], int] = {}  # (tool, arguments) -> the last turn
         self._ok: set[str] = set()  # call ids whose server tool ended ok
 
@@ -280,6 +288,7 @@ class ToolLedger:
         A client tool's call waits for the client. Returns the runs started again."""
         self._reruns = set(state.get("tool_reruns") or ())
         self._answered = {m.tool_call_id for m in self._history.turns if m.role == "tool"}
+        self.unknown_after_restore = []
         started: list[ToolRun] = []
         for request in _calls(self._history.turns):
             tool = self.toolbox.get(request.name)
@@ -298,6 +307,7 @@ class ToolLedger:
             else:
                 run = ToolRun(turn_id, request, tool)
                 self.settle(run, ToolResult.failed(run.call, ToolStatus.UNKNOWN_OUTCOME, RESTARTED))
+                self.unknown_after_restore.append(request.call_id)
         return started
 
     @property

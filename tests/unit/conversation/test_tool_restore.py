@@ -1,6 +1,6 @@
 """A call restored on another worker never runs a call whose result is recorded: one that
 may have been running when its worker died is run again only if its tool is idempotent,
-and only once; any other is reported to the model as of unknown outcome. Then the
+and only once; any other has an unknown outcome, which the caller hears in plain words. Then the
 restored session answers the result itself."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.unit.conversation.harness import Call
 from tests.unit.conversation.tools_support import StateStore, called, running, saved_state
 from tests.unit.fakes import FakeLlm
 from voxpipe.agent import tool
-from voxpipe.conversation.tool_ledger import RESTARTED
+from voxpipe.conversation.tool_ledger import RESTARTED, UNKNOWN_SAID
 from voxpipe.engines.base import ChatMessage
 
 USER = {"role": "user", "content": "book a table for two under Smith"}
@@ -83,7 +83,11 @@ async def test_a_call_that_may_have_run_has_an_unknown_outcome(
     result = call.session.history.turns[2]
     assert result.role == "tool" and result.tool_call_id == "call_1"
     assert json.loads(result.content) == {"error": RESTARTED}
-    assert call.llm.calls[0][-1] == result  # the model is told, and answers
+    # The caller hears that it is unknown in plain words (the 0.5B model read the error out,
+    # markup and all); the model sees the result, and those words, on the next turn.
+    assert call.llm.calls == []
+    assert call.done(2).text == UNKNOWN_SAID  # type: ignore[union-attr]
+    assert call.session.history.turns[-1] == ChatMessage("assistant", UNKNOWN_SAID)
     sample = call.metrics.registry.get_sample_value
     status = {"tool": "book_table", "status": "unknown_outcome"}
     assert sample("voxpipe_tool_calls_total", status) == 1
