@@ -116,22 +116,6 @@ def test_the_grammar_offers_each_tool_with_its_own_arguments() -> None:
     assert '"\\"monday\\""' in rules["opening-hours-arguments-day"]
 
 
-def test_the_grammar_is_one_llama_cpp_accepts() -> None:
-    llama_cpp = pytest.importorskip("llama_cpp")
-    from voxpipe.config import Config
-    from voxpipe.engines.model_files import QWEN_FILE
-
-    path = Config().llm.cache_dir / QWEN_FILE
-    if not path.is_file():
-        pytest.skip("the embedded model is not assembled")
-    vocab = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)._model.vocab
-    sampler = llama_cpp.llama_sampler_init_grammar(
-        vocab, call_grammar([BOOK, HOURS]).encode(), b"root"
-    )
-    assert sampler
-    llama_cpp.llama_sampler_free(sampler)
-
-
 def test_a_call_is_fixed_text_between_the_values_the_model_samples() -> None:
     """Keys, quotes and commas come from the schema (evaluated in one batch, not sampled);
     each value's grammar ends on the character after it, so the model says where it ends."""
@@ -176,7 +160,8 @@ def test_a_tool_without_arguments_is_written_whole() -> None:
     assert step.fixed == '", "arguments": {}}' and step.grammar is None
 
 
-def test_the_step_grammars_are_ones_llama_cpp_accepts() -> None:
+def test_the_grammars_are_ones_llama_cpp_accepts() -> None:
+    """The whole call's, the name's and each step's."""
     llama_cpp = pytest.importorskip("llama_cpp")
     from voxpipe.config import Config
     from voxpipe.engines.model_files import QWEN_FILE
@@ -185,7 +170,7 @@ def test_the_step_grammars_are_ones_llama_cpp_accepts() -> None:
     if not path.is_file():
         pytest.skip("the embedded model is not assembled")
     vocab = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)._model.vocab
-    grammars = [name_grammar([BOOK, HOURS])]
+    grammars = [call_grammar([BOOK, HOURS]), name_grammar([BOOK, HOURS])]
     grammars += [s.grammar for t in (BOOK, HOURS) for s in call_steps(t) if s.grammar]
     for grammar in grammars:
         sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
