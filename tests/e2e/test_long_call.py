@@ -25,7 +25,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def small_context_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """A server that summarizes once the prompt passes 250 tokens, keeping 2 messages."""
+    """A server that summarizes once the conversation (the prompt less its instructions)
+    passes 250 tokens, keeping 2 messages."""
     env = {"VOXPIPE_LLM__SUMMARIZE_AFTER_TOKENS": "250", "VOXPIPE_LLM__KEEP_RECENT_MESSAGES": "2"}
     server = start_server(Path(tmp_path_factory.mktemp("long-call")), env=env)
     try:
@@ -45,7 +46,8 @@ async def test_older_turns_are_summarized_and_the_next_turn_stays_warm(
         history: dict[str, object] = {}
         for path in clips[:9]:
             turns.append(await client.speak(*read_wav(path)))
-            if turns[-1].metrics["llm"]["prompt_tokens"] < 250:
+            llm = turns[-1].metrics["llm"]
+            if llm["prompt_tokens"] - llm["instruction_tokens"] < 250:  # the conversation's
                 continue
             # Past the threshold the summary runs between turns: a caller who pauses long
             # enough (here up to 60 s, for a machine twice as slow on 2 busy cores) lets it
