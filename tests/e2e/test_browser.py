@@ -255,7 +255,13 @@ PLAYER_PROBE = """async () => {
     while (!probe() && performance.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     return { ...player.stats };
   };
+  // Queue the whole reply with the clock stopped, as the server's lead would have it, so a
+  // busy page thread posting frames late cannot pass for a gap in playback.
+  await context.suspend();
   for (let seq = 1; seq <= 100; seq++) player.push(frame(seq, 1));
+  player.report();
+  await until(() => player.stats.queuedMs >= 1999);
+  await context.resume();
   const before = await until(() => player.stats.played >= 5);
   player.clear();
   const after = await until(() => player.stats.cleared > 0);

@@ -43,6 +43,12 @@ export class Player {
     this.node.port.postMessage({ type: "clear" });
   }
 
+  /** Ask for the counters now. Messages reach the worklet in order, so the answer also says
+   * that every frame pushed before it has arrived. */
+  report() {
+    this.node.port.postMessage({ type: "report" });
+  }
+
   onPlayed(report) {
     if (report.type === "started") {
       this.started?.(report.turnId, report.at);

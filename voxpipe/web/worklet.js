@@ -73,6 +73,8 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       this.queued = 0;
       this.starved = false;
       this.report(true);
+    } else if (message.type === "report") {
+      this.report(this.queue.length === 0);
     }
   }
 
