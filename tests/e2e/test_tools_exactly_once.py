@@ -5,6 +5,9 @@ The caller asks, in Piper's voice, to book a table; the embedded model calls the
 ``book_table`` of ``slow_booking_agent.py`` (mutating, not idempotent: about 6 s, each
 execution counted in a SQLite file the test reads), and then:
 
+- **the caller talks over the tool while it runs** (a barge-in): the booking is not
+  cancelled, it runs once, its result is in the history right after its call, and the
+  caller's new words are answered;
 - **the connection drops while the tool runs** and the client resumes within the grace
   period: the tool ran once, its result is in the history once, and the answer after it
   is heard on the resumed connection, every frame once;
@@ -46,6 +49,7 @@ pytestmark = pytest.mark.e2e
 
 AGENT = Path(__file__).with_name("slow_booking_agent.py")
 REQUEST = "Book a table for two at seven tonight under the name Smith."
+OVER_IT = "Thank you, that is all I needed."  # said over the running tool: no new request
 TOOL_S = 6.0  # how long each booking takes (SLOW_BOOKING_S)
 ANSWER_S = 600  # the call, the tool and the answer: minutes when the CPUs are shared
 READY_S = 1500  # a cold start of two workers on a crowded machine (their LLM warm-up)
@@ -56,6 +60,11 @@ UNKNOWN = "outcome of this call is unknown"  # what the model reads of a run tha
 def spoken() -> tuple[np.ndarray, int]:
     """The request in Piper's voice, with a little silence around it."""
     return voiced(REQUEST)
+
+
+@pytest.fixture(scope="module")
+def spoken_over() -> tuple[np.ndarray, int]:
+    return voiced(OVER_IT)
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +175,11 @@ async def answer_after(client: NativeClient, turn_id: int) -> TurnResult:
     return turn
 
 
+def finished_of(client: NativeClient, call_id: str) -> dict[str, Any] | None:
+    """The ``tool.finished`` of one call, once it came."""
+    return next((e for e in events_of(client, "tool.finished") if e["call_id"] == call_id), None)
+
+
 def contiguous(seqs: list[int]) -> bool:
     return bool(seqs) and seqs == list(range(seqs[0], seqs[0] + len(seqs)))
 
@@ -180,6 +194,69 @@ def ends_on_answer(history: dict[str, Any], reply: str) -> bool:
 
 def tool_messages(history: dict[str, Any]) -> list[str]:
     return [m["content"] for m in history["messages"] if m["role"] == "tool"]
+
+
+async def test_a_barge_in_while_the_tool_runs_lets_it_finish_once(
+    booking_cluster: tuple[LocalCluster, Path],
+    store: aioredis.Redis,
+    spoken: tuple[np.ndarray, int],
+    spoken_over: tuple[np.ndarray, int],
+) -> None:
+    cluster, db = booking_cluster
+    runs_before, booked_before = executions(db)
+    session_id = uuid.uuid4().hex
+    client = NativeClient(cluster.url)
+    try:
+        started = (await _booking_under_way(cluster, client, session_id, spoken))[2]
+        t0 = time.monotonic()
+        call_id, turn_id = started["call_id"], started["turn_id"]
+        await client.wait_for(lambda: executions(db)[0] > runs_before, 30)
+        client.say(*spoken_over)  # about 2 s of speech, well inside the 6 s booking
+        said_s = time.monotonic() - t0
+        booking = await client.wait_for(lambda: _completed(client, turn_id), ANSWER_S)
+        at_barge_in = executions(db)
+        answer = await answer_after(client, turn_id)
+        # The booking goes on past the turn it was called in; its end is told when it comes.
+        await client.wait_for(lambda: finished_of(client, call_id), ANSWER_S)
+        history = await history_of(client)
+        messages = await saved_messages(store, session_id)
+    finally:
+        await client.close()
+
+    # The scenario: the caller spoke while the booking ran, and that ended its turn.
+    assert booking.status == "interrupted", booking.done
+    assert at_barge_in[1] == booked_before, f"the tool ended before the barge-in {at_barge_in}"
+    # Not cancelled, not repeated: one run, one booking, and the tool said so.
+    tools_said = events_of(client, "tool.started") + events_of(client, "tool.finished")
+    assert executions(db) == (runs_before + 1, booked_before + 1), (executions(db), tools_said)
+    bookings = [e for e in events_of(client, "tool.started") if e["name"] == "book_table"]
+    assert len(bookings) == 1, tools_said
+    finished = finished_of(client, call_id)
+    assert finished is not None and finished["status"] == "ok", finished
+    # Its result is in the history once, right after its call and before the new words.
+    (call,) = [c for c in calls_in(messages) if c["name"] == "book_table"]
+    assert call["call_id"] == call_id
+    (result,) = results_in(messages, call_id)
+    assert "booked" in result, result
+    roles = [m["role"] for m in history["messages"] if m["role"] != "system"]
+    assert roles[:3] == ["user", "assistant", "tool"] and roles[3] == "user", roles
+    assert tool_messages(history).count(result) == 1, history
+    # The caller's words over the tool were heard and answered.
+    assert answer.status == "completed" and answer.reply.strip(), answer.done
+    assert client.duplicate_frames == [] and client.duplicate_events == []
+    assert not client.errors, client.errors
+    print(
+        "\nbarge-in during the tool:",
+        json.dumps(
+            {
+                "said_over_it_s_after_tool_started": round(said_s, 2),
+                "tool_ms": finished["duration_ms"],
+                "heard": answer.transcript,
+                "tools_after": [e["name"] for e in events_of(client, "tool.started")[1:]],
+                "reply": answer.reply,
+            }
+        ),
+    )
 
 
 async def test_a_reconnect_while_the_tool_runs_neither_repeats_nor_loses_it(
