@@ -422,8 +422,8 @@ async def test_a_tool_done_before_its_worker_dies_is_answered_by_the_other_worke
 
 def _duration_ms(client: NativeClient, call_id: str) -> float:
     """The tool's duration as its ``tool.finished`` said, if the client got it (-1: not)."""
-    done = [e for e in events_of(client, "tool.finished") if e["call_id"] == call_id]
-    return float(done[0]["duration_ms"]) if done else -1.0
+    done = finished_of(client, call_id)
+    return float(done["duration_ms"]) if done is not None else -1.0
 
 
 async def test_a_tool_whose_worker_dies_while_it_runs_is_not_run_again(
