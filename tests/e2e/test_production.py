@@ -295,15 +295,18 @@ async def test_hang_up_mid_generation_stops_all_work(prod: RunningServer) -> Non
     await client._ws.close()  # a hang-up: a clean close, no session.end
     text = await scrape(prod)
     deadline = time.monotonic() + 10
-    while metric(text, "voxpipe_hangup_cleanup_seconds_count") == cleanups:
-        assert time.monotonic() < deadline, "the session was never closed"
+    # The session closes first (timed by the histogram), then the call gives back its slot.
+    while metric(text, "voxpipe_hangup_cleanup_seconds_count") == cleanups or metric(
+        text, CONNECTED
+    ):
+        assert time.monotonic() < deadline, "the session was never closed or its slot was kept"
         await asyncio.sleep(0.05)
         text = await scrape(prod)
     # Every task and engine job of the call stopped within 100 ms of the hang-up.
     assert metric(text, 'voxpipe_hangup_cleanup_seconds_bucket{le="0.1"}') == cleanups + 1
     for engine in ("stt", "llm", "tts"):
         assert metric(text, f'voxpipe_engine_queue_depth{{engine="{engine}"}}') == 0
-    assert metric(text, CONNECTED) == 0 and metric(text, DETACHED) == 0
+    assert metric(text, DETACHED) == 0, "a hang-up is not a detach"
     assert metric(text, "voxpipe_threads") <= threads_before, "a thread leaked"
 
 

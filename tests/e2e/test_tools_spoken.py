@@ -131,8 +131,7 @@ async def test_a_booking_over_twilio_runs_server_side(
         said = line.say(*spoken)
         await asyncio.wait_for(said.sent.wait(), 60)
         record = await _turn_record(server, line.stream_sid)
-        marks = line.of("mark")
-        await line.wait_for(lambda: line.buffered_s == 0 and len(line.echoed) == len(marks), 30)
+        await line.wait_for(line.played_out, 30)
         await line.hang_up()
 
     (tool,) = record["tools"]

@@ -80,9 +80,8 @@ async def test_a_phone_call_is_answered_in_mulaw(server: RunningServer) -> None:
         said = line.say(*read_wav(clip.path))
         await asyncio.wait_for(said.sent.wait(), 60)
         (turn,) = await _turns(server, line.stream_sid, 1)
-        marks = line.of("mark")
         # Twilio plays the reply out and echoes every mark; then the caller presses 5.
-        await line.wait_for(lambda: line.buffered_s == 0 and len(line.echoed) == len(marks), 30)
+        await line.wait_for(line.played_out, 30)
         await line.press("5")
         await asyncio.sleep(0.5)
         close_code = await line.hang_up()
@@ -95,7 +94,7 @@ async def test_a_phone_call_is_answered_in_mulaw(server: RunningServer) -> None:
     # Every frame is followed by the mark of its seq; the echoes went back in the same order.
     events = [r.message["event"] for r in line.received]
     assert events == ["media", "mark"] * len(media)
-    names = [r.message["mark"]["name"] for r in marks]
+    names = [r.message["mark"]["name"] for r in line.of("mark")]
     seqs = [int(name.removeprefix("seq:")) for name in names]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
     assert line.echoed == names
@@ -123,8 +122,7 @@ async def test_a_signalwire_shaped_start_is_answered(server: RunningServer) -> N
         said = line.say(*read_wav(clip.path))
         await asyncio.wait_for(said.sent.wait(), 60)
         (turn,) = await _turns(server, line.stream_sid, 1)
-        marks = line.of("mark")
-        await line.wait_for(lambda: line.buffered_s == 0 and len(line.echoed) == len(marks), 30)
+        await line.wait_for(line.played_out, 30)
         close_code = await line.hang_up()
 
     assert turn["status"] == "completed" and turn["reply"].strip()

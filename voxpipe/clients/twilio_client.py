@@ -225,6 +225,11 @@ class TwilioLine:
         """Reply audio the caller has heard so far."""
         return self.received_s - self.cleared_s - self.buffered_s
 
+    def played_out(self) -> bool:
+        """Nothing is left to play and every mark received is echoed. A probe, so that marks
+        still on the wire when a test starts waiting are counted too."""
+        return self.buffered_s == 0 and len(self.echoed) == len(self.of("mark"))
+
     def of(self, event: str, since: float = 0.0) -> list[Received]:
         return [r for r in self.received if r.message.get("event") == event and r.at >= since]
 
