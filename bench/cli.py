@@ -198,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     tool_eval.add_argument(
         "--text", action="store_true", help="engines mode: give the model the written words"
     )
+    tool_eval.add_argument(
+        "--no-greeting",
+        action="store_true",
+        help="engines mode: the caller speaks first (by default the agent's greeting comes "
+        "first, as in a call)",
+    )
     tool_eval.add_argument("--limit", type=int, help="at most this many of each set")
     tool_eval.add_argument("--config", type=Path)
     tool_eval.add_argument(

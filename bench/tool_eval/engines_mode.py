@@ -67,8 +67,10 @@ class EngineRun:
         audio_of: Callable[[Utterance], np.ndarray] | None,
         offer_tools: bool,
         progress: Callable[[Utterance, Outcome], None] = lambda u, o: None,
+        greeting: str | None = None,
     ) -> list[Outcome]:
-        """One outcome per utterance. ``audio_of`` None: the written text is the transcript."""
+        """One outcome per utterance. ``audio_of`` None: the written text is the transcript.
+        ``greeting``: said before each utterance, as a call's first turn has it."""
         tools = tools_argument(agent) if offer_tools and self.tools_supported else None
         outcomes = []
         for n, utterance in enumerate(utterances):
@@ -77,7 +79,9 @@ class EngineRun:
                 heard = utterance.text
                 if audio_of is not None and self.stt is not None:
                     heard = self.stt.transcribe(audio_of(utterance)).text.strip()
-                outcome = self._answer(f"tool-eval-{n}", agent, utterance.id, heard, tools)
+                outcome = self._answer(
+                    f"tool-eval-{n}", agent, utterance.id, heard, tools, greeting
+                )
             except Exception as exc:  # one failed utterance is a row, not the end of the run
                 outcome = Outcome(utterance.id, error=f"{type(exc).__name__}: {exc}")
             outcome.seconds = time.monotonic() - started
@@ -86,9 +90,18 @@ class EngineRun:
         return outcomes
 
     def _answer(
-        self, session: str, agent: Agent, id_: str, heard: str, tools: list[ToolSpec] | None
+        self,
+        session: str,
+        agent: Agent,
+        id_: str,
+        heard: str,
+        tools: list[ToolSpec] | None,
+        greeting: str | None,
     ) -> Outcome:
-        messages = [ChatMessage("system", agent.instructions), ChatMessage("user", heard)]
+        messages = [ChatMessage("system", agent.instructions)]
+        if greeting:
+            messages.append(ChatMessage("assistant", greeting))
+        messages.append(ChatMessage("user", heard))
         extra: dict[str, Any] = {} if tools is None else {"tools": tools}
         outcome = Outcome(id_, heard=heard)
         text = []

@@ -50,6 +50,10 @@ def render(results: dict[str, Any]) -> str:
     read = results.get("read")
     if read:
         lines.append(f"  echo, read sentences:   {_of(read['echoes'], read['measured'])} measured")
+        if "called" in read:
+            lines.append(
+                f"  read sentences that called a tool: {read['called']}/{len(read['rows'])}"
+            )
         if read["errors"]:
             lines.append(f"  errors: {read['errors']} read sentences got no answer")
     return "\n".join(lines)

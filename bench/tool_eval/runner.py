@@ -75,8 +75,9 @@ def main(args: argparse.Namespace) -> int:
             note = engines_mode.TOOLS_UNSUPPORTED
             print(f"!! {note}: the model is asked without tools")
         audio_of = voices.audio if speech else None
-        asked_requests = run.run(agent, requests, audio_of, True, progress("request"))
-        asked_read = run.run(agent, read, audio_of, True, progress("read"))
+        greeting = None if args.no_greeting else agent.greeting
+        asked_requests = run.run(agent, requests, audio_of, True, progress("request"), greeting)
+        asked_read = run.run(agent, read, audio_of, True, progress("read"), greeting)
 
     results: dict[str, Any] = {
         "mode": mode,
@@ -86,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
         "tools_supported": tools_supported,
         "tools_note": note,
         "instructions": agent.instructions,
+        "greeting": None if args.server or args.no_greeting else agent.greeting,
         "llm": config.llm.model_dump(
             mode="json",
             include={"engine", "model_path", "temperature", "top_p", "seed", "max_tokens"},

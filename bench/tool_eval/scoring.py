@@ -166,12 +166,14 @@ def score_echo(pairs: Sequence[tuple[Utterance, Outcome]]) -> dict[str, Any]:
         "measured": measured,
         "rate": _share(echoes, measured),
         "errors": sum(o.error is not None for _, o in pairs),
+        "called": sum(bool(o.calls) for _, o in pairs),  # a read line is no request
         "rows": [
             {
                 "id": u.id,
                 "heard": o.heard,
                 "reply": o.reply,
                 "echo": is_echo(o.heard or u.text, o.reply),
+                "tools": [c.name for c in o.calls],
             }
             for u, o in pairs
         ],

@@ -109,6 +109,15 @@ class LlmConfig(BaseModel):
         "(about 0.1 s more on such turns); the 0.5B model otherwise stops calling tools "
         "once a call has a greeting and a few answers in words behind it (docs/agents.md).",
     )
+    tool_router_floor: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        description="Embedded model, with the router: the caller's last words are judged "
+        "alone only if, said right after the agent's greeting, their P(call) reaches this. "
+        "Asked alone, the 0.5B model takes read sentences and goodbyes for requests; after "
+        "the greeting they score under 0.01 (docs/agents.md). 0 turns the check off.",
+    )
     tool_temperature: float = Field(
         0.0,
         ge=0.0,

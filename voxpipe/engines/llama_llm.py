@@ -120,6 +120,7 @@ class LlamaLlm:
         warmup_tools: Sequence[ToolSpec] = (),
         echo_run: int = DEFAULT_ECHO_RUN,
         tool_router: bool = True,
+        tool_router_floor: float = 0.01,
     ) -> None:
         from llama_cpp import Llama
 
@@ -142,6 +143,7 @@ class LlamaLlm:
         self.seed = seed
         self.echo_run = echo_run  # reply_rules: 0 lets a reply copy the caller at any length
         self.tool_router = tool_router  # _judged_alone
+        self.tool_router_floor = tool_router_floor  # _opening_allows
         self._warmup_system_prompt = warmup_system_prompt
         self._warmup_tools = tuple(warmup_tools)
         self.states = StateCache(state_cache_bytes)
@@ -473,7 +475,11 @@ class LlamaLlm:
             if tool_choice == "auto":
                 usage.extra["tool_call_p"] = p_call = self._tools.call_probability()
                 alone = self._alone_prompt(messages, tools) if self.tool_router else None
-                if p_call < self._tools.threshold and alone is not None:
+                if (
+                    p_call < self._tools.threshold
+                    and alone is not None
+                    and self._opening_allows(messages, tools, tokens, p_call, usage)
+                ):
                     with self._judged_alone(alone):
                         usage.extra["tool_call_p_alone"] = p_alone = self._tools.call_probability()
                         if p_alone >= self._tools.threshold:
@@ -505,6 +511,50 @@ class LlamaLlm:
         if not messages or messages[-1].role != "user" or len(messages) <= len(system) + 1:
             return None
         return self.prompt_tokens([*system, messages[-1]], tools=tools)[0]
+
+    def _opening_allows(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: tuple[ToolSpec, ...],
+        tokens: list[int],
+        p_call: float,
+        usage: LlmUsage,
+    ) -> bool:
+        """Whether the caller's last words may be judged alone: they must not be out of
+        the question right after the agent's greeting (P(call) at least
+        ``tool_router_floor``); True when the call has no greeting to judge them after.
+
+        Asked alone, the 0.5B model takes almost anything for a request: a line read from a
+        book P(call) 0.93-0.99, "Okay, goodbye." 0.98, against a median of 0.95 for real
+        requests. Right after the greeting it still tells them apart: read lines 0.0003-0.008,
+        small talk and thanks 0.00, requests 0.006-0.87 (docs/agents.md). The look shares the
+        instructions and the greeting with the session's KV cache, so it costs the prefill of
+        the caller's words."""
+        opening = self._opening_prompt(messages, tools)
+        if opening is None:
+            return True
+        if opening == tokens:  # the call so far is the greeting and these words
+            p_opening = p_call
+        else:
+            with self._judged_alone(opening):
+                p_opening = self._tools.call_probability()
+        usage.extra["tool_call_p_opening"] = p_opening
+        return p_opening >= self.tool_router_floor
+
+    def _opening_prompt(
+        self, messages: Sequence[ChatMessage], tools: tuple[ToolSpec, ...]
+    ) -> list[int] | None:
+        """The instructions and tools, the agent's greeting, then the caller's last words;
+        None when the call did not begin with a greeting (an assistant message in words
+        before any of the caller's) or the last words are not the caller's."""
+        system = [m for m in messages if m.role == "system"]
+        rest = [m for m in messages if m.role != "system"]
+        if len(rest) < 2 or rest[-1].role != "user":
+            return None
+        greeting = rest[0]
+        if greeting.role != "assistant" or greeting.tool_calls or not greeting.content.strip():
+            return None
+        return self.prompt_tokens([*system, greeting, rest[-1]], tools=tools)[0]
 
     @contextlib.contextmanager
     def _judged_alone(self, alone: list[int]) -> Iterator[None]:

@@ -93,6 +93,7 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
         max_tool_tokens=config.llm.max_tool_tokens,
         echo_run=config.llm.echo_run,
         tool_router=config.llm.tool_router,
+        tool_router_floor=config.llm.tool_router_floor,
     )
 
 
