@@ -105,8 +105,9 @@ class EngineRun:
         extra: dict[str, Any] = {} if tools is None else {"tools": tools}
         outcome = Outcome(id_, heard=heard)
         text = []
+        usage = LlmUsage()
         try:
-            for item in self.llm.stream(session, messages, CancelToken(), LlmUsage(), **extra):
+            for item in self.llm.stream(session, messages, CancelToken(), usage, **extra):
                 if isinstance(item, str):
                     text.append(item)
                 elif isinstance(item, ToolCallRequest):  # deltas only show it being written
@@ -114,4 +115,5 @@ class EngineRun:
         finally:
             self.llm.forget(session)
         outcome.reply = "".join(text).strip()
+        outcome.router = {k: v for k, v in usage.extra.items() if k.startswith("tool_call_p")}
         return outcome

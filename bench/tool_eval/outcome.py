@@ -23,6 +23,7 @@ class Outcome:
     calls: list[CalledTool] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    router: dict[str, float] = field(default_factory=dict)  # engines mode: P(call) per look
 
     @property
     def tools(self) -> set[str]:

@@ -143,16 +143,20 @@ SMALL_TALK = [
 
 def in_a_call(llm: LlamaLlm, text: str, router: bool) -> tuple[list[LlmOutput], LlmUsage]:
     """``text`` said after the greeting and a question answered in words, the prompt
-    prefilled from scratch (so two runs compute the same logits)."""
+    prefilled from scratch (so two runs compute the same logits). The router's floor is
+    next to nothing: after this two-sentence prompt and greeting the request below scores
+    0.0096 and a line read from a book 0.0091 (the floor is set for the restaurant agent,
+    test_tool_router.py); but the look after the greeting is taken, and must be undone."""
     llm.clear_context()
     llm.tool_router = router
+    floor, llm.tool_router_floor = llm.tool_router_floor, 1e-6
     try:
         usage = LlmUsage()
         messages = [SYSTEM, GREETING, *SMALL_TALK, ChatMessage("user", text)]
         items = list(llm.stream("e2e-call", messages, CancelToken(), usage, tools=TOOLS))
         return items, usage
     finally:
-        llm.tool_router = True
+        llm.tool_router, llm.tool_router_floor = True, floor
 
 
 def test_a_request_in_a_call_still_calls_its_tool(llm: LlamaLlm) -> None:
@@ -179,10 +183,9 @@ def test_the_router_puts_the_context_back_as_it_was(llm: LlamaLlm) -> None:
     prefill, is the reply without the router, token for token."""
     with_router, usage = in_a_call(llm, "Tell me a joke", router=True)
     without, _ = in_a_call(llm, "Tell me a joke", router=False)
-    # The router looked (after the greeting, and alone unless that ruled a call out), and
-    # declined.
+    # Both looks were taken (after the greeting, then alone), and both declined.
     assert "tool_call_p_opening" in usage.extra, usage.extra
-    assert usage.extra.get("tool_call_p_alone", 0.0) < 0.5, usage.extra
+    assert usage.extra["tool_call_p_alone"] < 0.5, usage.extra
     assert all(isinstance(i, str) for i in with_router), with_router
     assert "".join(map(str, with_router)) == "".join(map(str, without))
     assert "".join(map(str, with_router)).strip()

@@ -522,7 +522,8 @@ class LlamaLlm:
     ) -> bool:
         """Whether the caller's last words may be judged alone: they must not be out of
         the question right after the agent's greeting (P(call) at least
-        ``tool_router_floor``); True when the call has no greeting to judge them after.
+        ``tool_router_floor``); True when the call has no greeting to judge them after, or
+        the floor is 0.
 
         Asked alone, the 0.5B model takes almost anything for a request: a line read from a
         book P(call) 0.93-0.99, "Okay, goodbye." 0.98, against a median of 0.95 for real
@@ -530,6 +531,8 @@ class LlamaLlm:
         small talk and thanks 0.00, requests 0.006-0.87 (docs/agents.md). The look shares the
         instructions and the greeting with the session's KV cache, so it costs the prefill of
         the caller's words."""
+        if self.tool_router_floor <= 0.0:
+            return True
         opening = self._opening_prompt(messages, tools)
         if opening is None:
             return True
