@@ -61,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
         return lambda u, o: print(report.progress_line(kind, u.id, o), flush=True)
 
     tools_supported, note = True, ""
+    greeting = None if args.server or args.no_greeting else agent.greeting  # engines mode
     if args.server:
         mode, agent_name = "server", f"of {args.server}"
         ask = server_mode.run
@@ -75,7 +76,6 @@ def main(args: argparse.Namespace) -> int:
             note = engines_mode.TOOLS_UNSUPPORTED
             print(f"!! {note}: the model is asked without tools")
         audio_of = voices.audio if speech else None
-        greeting = None if args.no_greeting else agent.greeting
         asked_requests = run.run(agent, requests, audio_of, True, progress("request"), greeting)
         asked_read = run.run(agent, read, audio_of, True, progress("read"), greeting)
 
@@ -87,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         "tools_supported": tools_supported,
         "tools_note": note,
         "instructions": agent.instructions,
-        "greeting": None if args.server or args.no_greeting else agent.greeting,
+        "greeting": greeting,
         "llm": config.llm.model_dump(
             mode="json",
             include={"engine", "model_path", "temperature", "top_p", "seed", "max_tokens"},

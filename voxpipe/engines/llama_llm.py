@@ -525,12 +525,12 @@ class LlamaLlm:
         ``tool_router_floor``); True when the call has no greeting to judge them after, or
         the floor is 0.
 
-        Asked alone, the 0.5B model takes almost anything for a request: a line read from a
-        book P(call) 0.93-0.99, "Okay, goodbye." 0.98, against a median of 0.95 for real
-        requests. Right after the greeting it still tells them apart: read lines 0.0003-0.008,
-        small talk and thanks 0.00, requests 0.006-0.87 (docs/agents.md). The look shares the
-        instructions and the greeting with the session's KV cache, so it costs the prefill of
-        the caller's words."""
+        Asked alone, the 0.5B model takes almost anything for a request (read sentences
+        P(call) 0.86-0.99, "Okay, goodbye." 0.98); right after the greeting it still tells
+        them apart (the restaurant's requests 0.012-0.87, read sentences 0.0001-0.016, small
+        talk at most 0.0012; docs/agents.md). The look shares the instructions and the
+        greeting with the session's KV cache, so it costs the prefill of the caller's
+        words."""
         if self.tool_router_floor <= 0.0:
             return True
         opening = self._opening_prompt(messages, tools)
