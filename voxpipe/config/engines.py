@@ -65,7 +65,35 @@ class LlmConfig(BaseModel):
     cache_dir: Path = Field(default_factory=_cache_dir, description="Where assembled weights live.")
     threads: int = Field(2, ge=1, description="llama.cpp threads for generation and prefill.")
     n_ctx: int = Field(4096, ge=512, le=32768, description="Context window in tokens.")
-    n_batch: int = Field(256, ge=16, description="Prefill batch size.")
+    n_batch: int = Field(
+        256, ge=16, description="Most tokens in one decode step (prompt chunks and replies)."
+    )
+    max_sequences: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Embedded model: replies generated at once, each call its own KV sequence "
+        "in one batched context (engines/llama_batch.py); a request beyond it waits in the "
+        "LLM's queue. Match it to limits.max_calls.",
+    )
+    prefill_chunk: int = Field(
+        64,
+        ge=1,
+        description="Embedded model: most prompt tokens a step while other replies are "
+        "generating, so a new turn's prompt joins the batch without stalling them.",
+    )
+    first_phrase_tokens: int = Field(
+        12,
+        ge=0,
+        description="Embedded model: a reply's first phrase, in tokens. While a confirmed "
+        "reply is before it, the other replies' later words wait (engines/batch_plan.py).",
+    )
+    rest_hold_ms: int = Field(
+        400,
+        ge=0,
+        description="Embedded model: longest a reply past its first phrase waits in a row for "
+        "other callers' first phrases (it has audio buffered; they hear silence).",
+    )
     max_tokens: int = Field(80, ge=1, le=2048, description="Longest reply, in tokens.")
     temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature.")
     top_p: float = Field(0.9, gt=0.0, le=1.0, description="Nucleus sampling mass.")

@@ -62,6 +62,7 @@ from voxpipe.engines.base import (
     ToolCallDelta,
     ToolCallRequest,
     ToolSpec,
+    Urgency,
 )
 from voxpipe.engines.runner import EngineBusy, JobClock
 from voxpipe.observability.logs import log_context
@@ -131,6 +132,9 @@ class Reply:
         self._words_before = 0  # words said before a tool call: its message keeps them
         self._tools_closed = False  # the next request is offered no tools
         self._decided = asyncio.Event()  # a held reply was confirmed or thrown away
+        # How a batching LLM ranks this reply's requests against other calls' (earliest
+        # first; held work after every confirmed turn), updated as the reply is confirmed.
+        self.urgency = Urgency(held=self.held)
         self.cancel.on_cancel(self._sendable.set)
         self.cancel.on_cancel(self._decided.set)
         self._update_sendable()
@@ -165,6 +169,7 @@ class Reply:
     async def confirm(self, speech_end_ns: int) -> None:
         """The turn has ended as the held reply assumed: release what it computed."""
         self.stages.confirmed(speech_end_ns)
+        self.urgency.held = False
         if self.timeline.has("stt_done") and self.transcript:
             self.ctx.recorder.message(self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
@@ -424,6 +429,7 @@ class Reply:
             tools=offer[0],
             tool_choice=offer[1],
             trace_headers=self.stages.trace_headers(),
+            urgency=self.urgency,
         )
 
     def _commit_turn(self) -> None:

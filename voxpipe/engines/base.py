@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 import numpy as np
+
+from voxpipe.engines.batch_plan import StepRecord
 
 STT_SAMPLE_RATE = 16000
 
@@ -228,6 +231,38 @@ class LlmUsage:
     state_restored: bool = False
     finish_reason: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Urgency:
+    """How urgent one LLM request is, read by a batching engine before every step
+    (``engines/batch_plan.py``); the reply that made the request updates it.
+
+    ``held``: the request is speculative (a reply started in the caller's pause; the turn
+    may not have ended) until the reply is confirmed. ``gate``: while clear, the reply's
+    first clause is being synthesized and the request sits out (for up to ``max_hold_ns``).
+    ``joined_ns`` is set by the engine when the request first enters a step: its queue
+    wait ends there.
+    """
+
+    deadline_ns: int = field(default_factory=time.monotonic_ns)
+    held: bool = False
+    gate: threading.Event | None = None
+    max_hold_ns: int = 1_000_000_000
+    joined_ns: int = 0
+
+
+@runtime_checkable
+class BatchingLlm(Protocol):
+    """An LLM that serves many requests at once in this process (the embedded llama.cpp
+    model): it takes each request's :class:`Urgency`, and the runner gives it as many
+    threads as it has sequences. A remote server batches on its own and needs neither."""
+
+    max_sequences: int
+
+    def observe_steps(self, observer: Callable[[StepRecord], None]) -> None:
+        """Tell ``observer`` of every step (the server's metrics)."""
+        ...
 
 
 class LlmEngine(Protocol):

@@ -1,12 +1,16 @@
 """llama-cpp-python chat engine with per-session KV-cache reuse.
 
-One llama.cpp context serves every call, one generation at a time (the
-runner's single thread). Each turn's prompt is the whole conversation, but
-llama.cpp keeps the KV state of the tokens it has already seen, and we only
-evaluate the suffix that differs: a 20-turn history costs seconds to prefill
-cold and a fraction of a second warm. When another call takes the context,
-the previous owner's KV sequence is saved to a byte-bounded LRU and restored
-when it speaks again.
+Replies in words from every call go through one batched context
+(:mod:`voxpipe.engines.llama_batch`): each call is its own KV sequence, the calls that are
+generating share each decode step, and a new turn's prompt joins the running batch. Each
+turn's prompt is the whole conversation, but a call's sequence keeps the KV state of the
+tokens already seen, and only the suffix that differs is evaluated: a 20-turn history costs
+seconds to prefill cold and a fraction of a second warm.
+
+A request with tools runs alone on a second context (the ``Llama`` object's own), between
+two of the batch's steps: its router and grammar need the logits to themselves. There one
+call holds the context at a time; when another takes it, the previous owner's KV sequence
+is saved to a byte-bounded LRU and restored when it speaks again.
 
 Prompts use ChatML (Qwen's format). Template markers are tokenized as special
 tokens; message text never is, so a caller cannot inject ``<|im_start|>``.
@@ -26,9 +30,7 @@ import codecs
 import contextlib
 import ctypes
 import threading
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import overload
 
@@ -41,8 +43,12 @@ from voxpipe.engines.base import (
     LlmOutput,
     LlmUsage,
     ToolSpec,
+    Urgency,
 )
-from voxpipe.engines.llama_tools import LlamaToolCalls, common_prefix
+from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
+from voxpipe.engines.llama_batch import BatchedLlama, ComputeTurns
+from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
+from voxpipe.engines.llama_tools import LlamaToolCalls
 from voxpipe.engines.qwen_tools import (
     MarkupFilter,
     call_body,
@@ -50,48 +56,7 @@ from voxpipe.engines.qwen_tools import (
     tool_response,
 )
 from voxpipe.engines.reply_rules import DEFAULT_ECHO_RUN, ReplyRules
-
-
-@dataclass(frozen=True)
-class _SavedState:
-    tokens: np.ndarray  # the token ids whose KV is in ``kv``
-    kv: bytes
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.kv) + self.tokens.nbytes
-
-
-class StateCache:
-    """Least-recently-used KV states per session, bounded by total bytes."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[str, _SavedState] = OrderedDict()
-        self.nbytes = 0
-
-    def put(self, key: str, state: _SavedState) -> None:
-        self.pop(key)
-        if state.nbytes > self.max_bytes:
-            return
-        self._items[key] = state
-        self.nbytes += state.nbytes
-        while self.nbytes > self.max_bytes:
-            _, evicted = self._items.popitem(last=False)
-            self.nbytes -= evicted.nbytes
-
-    def pop(self, key: str) -> _SavedState | None:
-        state = self._items.pop(key, None)
-        if state is not None:
-            self.nbytes -= state.nbytes
-        return state
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._items
-
-    def __len__(self) -> int:
-        return len(self._items)
-
+from voxpipe.engines.token_sampler import SamplingSettings
 
 # A caller's sentence of typical length (about 25 tokens), for the warm-up.
 WARMUP_SENTENCE = (
@@ -121,6 +86,8 @@ class LlamaLlm:
         echo_run: int = DEFAULT_ECHO_RUN,
         tool_router: bool = True,
         tool_router_floor: float = 0.01,
+        max_sequences: int = 4,
+        policy: BatchPolicy | None = None,
     ) -> None:
         from llama_cpp import Llama
 
@@ -148,7 +115,8 @@ class LlamaLlm:
         self._warmup_tools = tuple(warmup_tools)
         self.states = StateCache(state_cache_bytes)
         self._owner: str | None = None
-        self._lock = threading.Lock()  # the context: one request at a time
+        # The cores: the batch's steps, or a tool request on this context for its length.
+        self._turns = ComputeTurns()
         self._state_lock = threading.Lock()  # states and owner: short critical sections only
         self._im_start = self._special("<|im_start|>")
         self._im_end = self._special("<|im_end|>")
@@ -159,6 +127,21 @@ class LlamaLlm:
         )
         self._end_ids = np.array(
             [t for t in range(self._llm.n_vocab()) if self._is_end(t)], dtype=np.intc
+        )
+        self.max_sequences = max_sequences
+        self.batch = BatchedLlama(
+            self._llm,
+            max_sequences=max_sequences,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            threads=threads,
+            policy=policy or BatchPolicy(step_tokens=n_batch),
+            sampling=SamplingSettings(temperature=temperature, top_p=top_p),
+            seed=seed,
+            end_ids=self._end_ids,
+            is_end=self._is_end,
+            state_cache_bytes=state_cache_bytes,
+            turns=self._turns,
         )
 
     def _is_end(self, token: int) -> bool:
@@ -245,7 +228,7 @@ class LlamaLlm:
         buf = (ctypes.c_uint8 * size)()
         written = self._llm_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
         tokens = self._llm.input_ids[: self._llm.n_tokens].copy()
-        self.states.put(self._owner, _SavedState(tokens, bytes(buf[:written])))
+        self.states.put(self._owner, SavedState(tokens, bytes(buf[:written])))
 
     def _restore(self, session_id: str) -> bool:
         state = self.states.pop(session_id)
@@ -279,21 +262,26 @@ class LlamaLlm:
             self._owner = session_id
             return restored
 
+    def observe_steps(self, observer: Callable[[StepRecord], None]) -> None:
+        self.batch.on_step = observer
+
     def forget(self, session_id: str) -> None:
         """Never waits for a generation in progress (the event loop calls this)."""
         with self._state_lock:
             self.states.pop(session_id)
             if self._owner == session_id:
                 self._owner = None
+        self.batch.forget(session_id)
 
     def clear_context(self) -> None:
         """Empty the KV cache and the saved states: the next request prefills from scratch
         (what every turn would cost without reuse; the benchmark's baseline)."""
-        with self._lock, self._state_lock:
+        with self._turns.exclusive(), self._state_lock:
             self.states = StateCache(self.states.max_bytes)
             self._owner = None
             self._llm.reset()
             self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        self.batch.clear()
 
     # -- generation ---------------------------------------------------------
 
@@ -326,9 +314,14 @@ class LlamaLlm:
         *,
         tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
-        """Evaluate the prompt of ``messages`` now, so the next turn only adds its own tokens."""
+        """Evaluate the prompt of ``messages`` now, so the next turn only adds its own tokens
+        (in the batch's sequence of the session; with tools, in the tools' context)."""
         usage = LlmUsage()
-        with self._lock:
+        if not tools:
+            tokens, _ = self.prompt_tokens(messages, add_header=False)
+            self.batch.prefill(session_id, tokens, cancel, usage)
+            return usage
+        with self._turns.exclusive():
             usage.state_restored = self._take_context(session_id)
             tokens, _ = self.prompt_tokens(messages, add_header=False, tools=tools or ())
             self._prefill(tokens, 0, cancel, usage)
@@ -345,6 +338,7 @@ class LlamaLlm:
         tools: None = None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> Iterator[str]: ...
 
     @overload
@@ -358,6 +352,7 @@ class LlamaLlm:
         tools: Sequence[ToolSpec] | None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> Iterator[LlmOutput]: ...
 
     def stream(
@@ -370,12 +365,16 @@ class LlamaLlm:
         tools: Sequence[ToolSpec] | None = None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> Iterator[LlmOutput]:
+        """A reply in words goes into the batch with every other call's; one with tools
+        offered runs alone on the tools' context (its grammar and router need the model's
+        logits to themselves)."""
         if tools:
             return self._stream_tools(
                 session_id, messages, cancel, usage, tuple(tools), tool_choice
             )
-        return self._stream_text(session_id, messages, cancel, usage)
+        return self._stream_text(session_id, messages, cancel, usage, urgency)
 
     def _stream_text(
         self,
@@ -383,16 +382,18 @@ class LlamaLlm:
         messages: Sequence[ChatMessage],
         cancel: CancelToken,
         usage: LlmUsage,
+        urgency: Urgency | None,
     ) -> Iterator[str]:
-        with self._lock:
-            usage.state_restored = self._take_context(session_id)
-            tokens, dropped = self.prompt_tokens(messages, usage=usage)
-            usage.extra["dropped_messages"] = dropped
-            if not self._prefill(tokens, 1, cancel, usage):
-                usage.finish_reason = "cancelled"
-                return
-            self._llm.set_seed(self.seed)
-            yield from self._generate_text(tokens, cancel, usage, self._caller_words(messages))
+        tokens, dropped = self.prompt_tokens(messages, usage=usage)
+        usage.extra["dropped_messages"] = dropped
+        rules = ReplyRules(
+            0, self._end_ids, self._caller_words(messages), self.echo_run,
+            self._tools.call_starts(),
+        )  # fmt: skip
+        yield from self.batch.stream(
+            session_id, tokens, cancel, usage, urgency=urgency, max_tokens=self.max_tokens,
+            rules=rules,
+        )  # fmt: skip
 
     def _caller_words(self, messages: Sequence[ChatMessage]) -> list[int]:
         """The caller's last utterance, when the reply answers it directly (reply_rules)."""
@@ -460,7 +461,7 @@ class LlamaLlm:
         tools: tuple[ToolSpec, ...],
         tool_choice: str = "auto",
     ) -> Iterator[LlmOutput]:
-        with self._lock:
+        with self._turns.exclusive():
             usage.state_restored = self._take_context(session_id)
             tokens, dropped = self.prompt_tokens(messages, tools=tools, usage=usage)
             usage.extra["dropped_messages"] = dropped

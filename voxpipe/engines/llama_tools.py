@@ -30,6 +30,7 @@ from voxpipe.engines.base import (
     ToolSpec,
     new_call_id,
 )
+from voxpipe.engines.llama_state import common_prefix
 from voxpipe.engines.qwen_tools import (
     CALL_CLOSE,
     CALL_OPEN,
@@ -44,15 +45,6 @@ from voxpipe.engines.qwen_tools import (
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LlamaGrammar
-
-
-def common_prefix(a: np.ndarray, b: list[int]) -> int:
-    """How many tokens ``a`` (the context's) and ``b`` (a prompt's) share from the start."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.nonzero(a[:n] != np.asarray(b[:n], dtype=a.dtype))[0]
-    return int(diff[0]) if diff.size else n
 
 
 def call_probability(logits: np.ndarray, starts: np.ndarray) -> float:

@@ -75,6 +75,7 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
         from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
 
         return OpenAiCompatibleLlm(config.remote_llm, config.llm, on_refusal)
+    from voxpipe.engines.batch_plan import BatchPolicy
     from voxpipe.engines.llama_llm import LlamaLlm
 
     return LlamaLlm(
@@ -94,6 +95,13 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
         echo_run=config.llm.echo_run,
         tool_router=config.llm.tool_router,
         tool_router_floor=config.llm.tool_router_floor,
+        max_sequences=config.llm.max_sequences,
+        policy=BatchPolicy(
+            step_tokens=config.llm.n_batch,
+            prefill_chunk=config.llm.prefill_chunk,
+            first_phrase_tokens=config.llm.first_phrase_tokens,
+            rest_hold_ns=config.llm.rest_hold_ms * 1_000_000,
+        ),
     )
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
 from voxpipe.engines.base import (
+    BatchingLlm,
     CancelToken,
     ChatMessage,
     Engines,
@@ -28,6 +29,7 @@ from voxpipe.engines.base import (
     ToolSpec,
     Transcription,
     TtsEngine,
+    Urgency,
     VadEngine,
     VadStream,
 )
@@ -110,6 +112,7 @@ class QueuedLlm(Queued[LlmEngine]):
         tools: None = None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> AsyncGenerator[str, None]: ...
 
     @overload
@@ -125,6 +128,7 @@ class QueuedLlm(Queued[LlmEngine]):
         tools: Sequence[ToolSpec] | None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> AsyncGenerator[LlmOutput, None]: ...
 
     def stream(
@@ -139,14 +143,30 @@ class QueuedLlm(Queued[LlmEngine]):
         tools: Sequence[ToolSpec] | None = None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> AsyncGenerator[LlmOutput, None]:
-        """The reply's text deltas (and, with ``tools``, its tool calls) as the LLM's thread
-        makes them; while ``gate`` is clear the thread holds before its next token
+        """The reply's text deltas (and, with ``tools``, its tool calls) as the LLM makes
+        them; while ``gate`` is clear the thread holds before its next token
         (:meth:`EngineRunner.stream`). ``trace_headers`` go to the engine (a remote one sends
-        them)."""
+        them).
+
+        This is the one place that knows whether the engine batches. A batching engine
+        (:class:`BatchingLlm`, the embedded model) gets the request's :class:`Urgency`, and
+        its queue wait ends when the request joins a step, not when a runner thread takes
+        it (those threads only wait on the batch). A remote server batches on its own: its
+        requests simply run at once, one runner thread each.
+        """
         engine = self.engine
-        return self.runner.stream(
-            lambda: engine.stream(
+        clock = clock or JobClock()
+        extra: dict[str, Any] = {}
+        if isinstance(engine, BatchingLlm):
+            urgency = urgency or Urgency()
+            if gate is not None and urgency.gate is None:
+                urgency.gate = gate
+            extra["urgency"] = urgency
+
+        def produce() -> Iterator[LlmOutput]:
+            items = engine.stream(
                 session_id,
                 messages,
                 cancel,
@@ -154,10 +174,14 @@ class QueuedLlm(Queued[LlmEngine]):
                 tools=tools,
                 tool_choice=tool_choice,
                 trace_headers=trace_headers,
-            ),
-            clock,
-            gate=gate,
-        )
+                **extra,
+            )
+            for item in items:
+                if urgency is not None and urgency.joined_ns > clock.started_ns:
+                    clock.started_ns = urgency.joined_ns
+                yield item
+
+        return self.runner.stream(produce, clock, gate=gate)
 
     async def prefill(
         self,

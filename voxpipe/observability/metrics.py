@@ -69,6 +69,18 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.batch_sequences = Histogram(
+            "voxpipe_llm_batch_sequences",
+            "Replies that decoded a token together in one step of the batched LLM.",
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64),
+            registry=r,
+        )
+        self.batch_step = Histogram(
+            "voxpipe_llm_batch_step_seconds",
+            "One step of the batched LLM (its decodes and prompt chunks together).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "voxpipe_engine_queue_depth", "Jobs waiting per engine.", ["engine"], registry=r
         )
@@ -279,6 +291,12 @@ class Metrics:
     def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None:
         self.engine_queue.labels(engine).observe(queue_s)
         self.engine_compute.labels(engine).observe(compute_s)
+
+    def observe_batch_step(self, decode: int, prefill_tokens: int, seconds: float) -> None:
+        """One step of the batched LLM (called on its thread)."""
+        if decode:
+            self.batch_sequences.observe(decode)
+        self.batch_step.observe(seconds)
 
     def set_queue_depth(self, engine: str, depth: int) -> None:
         self.queue_depth.labels(engine).set(depth)

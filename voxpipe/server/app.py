@@ -131,7 +131,7 @@ def create_app(
         runners: Runners | None = None
         try:
             engines = await asyncio.to_thread(factory, config)
-            runners = state.start_runners()
+            runners = state.start_runners(engines)
             queued = QueuedEngines.of(engines, runners)
             await warm_up(queued)
             filler = await queued.tts.run(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from voxpipe.agent import RunningAgent
 from voxpipe.config import Config
 from voxpipe.conversation.services import CallStore, Filler, Services
-from voxpipe.engines.base import Engines
+from voxpipe.engines.base import BatchingLlm, Engines
 from voxpipe.engines.model_files import QWEN_FILE
 from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
@@ -43,18 +43,30 @@ class ServerState:
         """Warm and admitting calls (not draining)."""
         return self.services is not None and not self.calls.draining
 
-    def start_runners(self) -> Runners:
-        """One runner (thread) per engine; a remote LLM's threads only wait on streams."""
-        remote = self.config.llm.engine == "openai"
+    def start_runners(self, engines: Engines) -> Runners:
+        """One runner (thread) per engine. The LLM's gets a thread per request it serves at
+        once: a batching engine's sequences, or a remote server's connections; those
+        threads only wait on the batch or the stream."""
+        llm = engines.llm
+        if isinstance(llm, BatchingLlm):
+            metrics = self.metrics
+            llm.observe_steps(
+                lambda step: metrics.observe_batch_step(
+                    step.decode, step.prefill_tokens, step.seconds
+                )
+            )
+            llm_workers = llm.max_sequences
+        elif self.config.llm.engine == "openai":
+            llm_workers = self.config.remote_llm.max_connections
+        else:
+            llm_workers = 1
         return Runners(
             *(
                 EngineRunner(
                     name,
                     self.config.limits.engine_queue,
                     observer=self.metrics,
-                    workers=self.config.remote_llm.max_connections
-                    if remote and name == "llm"
-                    else 1,
+                    workers=llm_workers if name == "llm" else 1,
                 )
                 for name in ("vad", "stt", "llm", "tts")
             )

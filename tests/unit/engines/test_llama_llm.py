@@ -8,12 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voxpipe.engines.llama_llm import StateCache, _SavedState
-from voxpipe.engines.llama_tools import common_prefix
+from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
 
 
-def state(kv_bytes: int, n_tokens: int = 4) -> _SavedState:
-    return _SavedState(np.arange(n_tokens, dtype=np.int32), b"\0" * kv_bytes)
+def state(kv_bytes: int, n_tokens: int = 4) -> SavedState:
+    return SavedState(np.arange(n_tokens, dtype=np.int32), b"\0" * kv_bytes)
 
 
 def test_saved_state_size_counts_kv_and_tokens() -> None:

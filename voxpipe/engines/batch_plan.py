@@ -1,0 +1,131 @@
+"""Which sequences run in the next step of a batched LLM: the scheduler, with no model in it.
+
+A batching engine (``engines/llama_batch.py``) asks this module, before every decode, what
+goes into the step. The rules, in order:
+
+1. **A sequence whose gate is closed sits out.** Its reply's first clause is being spoken
+   by the TTS; the cores go to that (the gate opens by itself after ``max_hold``).
+2. **Speculative work never delays a confirmed turn.** A request made during the caller's
+   pause (a held reply, ``Urgency.held``) runs only while no confirmed request is waiting
+   for its prompt or still writing its first phrase.
+3. **First phrases first.** While a confirmed reply has not yet written its first phrase
+   (its prompt is still going in, or it has fewer than ``first_phrase_tokens``), the
+   others' later words wait, each for at most ``rest_hold_ns`` in a row: on two cores a
+   decode step's cost grows almost in proportion to its sequences (``python -m bench
+   batch``), and a caller already hearing a reply has its buffered audio to listen to,
+   while the caller waiting for a first word hears silence. Otherwise every generating
+   sequence decodes one token in the same step (one pass over the weights for all).
+   Decodes are listed first phrase first, then by deadline, so a step budget smaller
+   than the batch cuts the rest, never a caller still waiting for its first words.
+4. **Prompts are evaluated by deadline, in chunks.** The earliest confirmed prompt first,
+   speculative ones last. While other sequences are generating, a prompt takes at most
+   ``prefill_chunk`` tokens a step, so its prefill joins the running batch without
+   stalling the others for its whole length (continuous batching); with nothing
+   generating it takes the whole step budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Phase(Enum):
+    PREFILL = "prefill"  # prompt tokens still to evaluate
+    DECODE = "decode"  # generating, one token a step
+
+
+@dataclass(frozen=True)
+class SeqView:
+    """What the scheduler needs to know of one sequence, at one step."""
+
+    key: Hashable
+    phase: Phase
+    deadline_ns: int  # earliest first: when its request came (or its turn ended)
+    speculative: bool = False  # the turn may not have ended (a held reply)
+    gated: bool = False  # its own first clause is in the TTS: sit out
+    prompt_left: int = 0  # PREFILL: tokens still to evaluate
+    generated: int = 0  # DECODE: tokens sampled so far
+    left_out_ns: int = 0  # how long it has been left out of the steps, in a row
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    decode: tuple[Hashable, ...] = ()
+    prefill: tuple[tuple[Hashable, int], ...] = ()  # (key, tokens this step)
+    waiting: tuple[Hashable, ...] = field(default=())  # ready but left out this step
+
+    @property
+    def tokens(self) -> int:
+        return len(self.decode) + sum(n for _, n in self.prefill)
+
+    @property
+    def empty(self) -> bool:
+        return not self.decode and not self.prefill
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as it ran: how many sequences decoded, how many prompt tokens went in, and
+    how long the model took (what the metrics and ``python -m bench batch`` report)."""
+
+    decode: int
+    prefill_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    step_tokens: int = 256  # most tokens in one llama_decode (the context's n_batch)
+    prefill_chunk: int = 64  # most prompt tokens a step while others generate
+    first_phrase_tokens: int = 12  # a reply's first phrase: about its first five words
+    rest_hold_ns: int = 400_000_000  # longest a reply past its first phrase waits in a row
+
+
+def _in_first_phrase(seq: SeqView, policy: BatchPolicy) -> bool:
+    return seq.phase is Phase.PREFILL or seq.generated < policy.first_phrase_tokens
+
+
+def plan_step(seqs: Sequence[SeqView], policy: BatchPolicy) -> StepPlan:
+    """The next step's decodes and prompt chunks (see the module docstring)."""
+    ready = [s for s in seqs if not s.gated]
+    urgent_confirmed = any(not s.speculative and _in_first_phrase(s, policy) for s in ready)
+    left_out = [s.key for s in seqs if s.gated]
+    if urgent_confirmed:
+        waits = [
+            s
+            for s in ready
+            if s.speculative
+            or (not _in_first_phrase(s, policy) and s.left_out_ns < policy.rest_hold_ns)
+        ]
+        left_out += [s.key for s in waits]
+        ready = [s for s in ready if s not in waits]
+
+    budget = policy.step_tokens
+    decoding = sorted(
+        (s for s in ready if s.phase is Phase.DECODE),
+        key=lambda s: (not _in_first_phrase(s, policy), s.speculative, s.deadline_ns),
+    )
+    decode: list[Hashable] = []
+    for seq in decoding:
+        if budget <= 0:
+            left_out.append(seq.key)
+            continue
+        decode.append(seq.key)
+        budget -= 1
+
+    chunk = policy.prefill_chunk if decode else policy.step_tokens
+    prefill: list[tuple[Hashable, int]] = []
+    prompts = sorted(
+        (s for s in ready if s.phase is Phase.PREFILL and s.prompt_left > 0),
+        key=lambda s: (s.speculative, s.deadline_ns),
+    )
+    for seq in prompts:
+        take = min(seq.prompt_left, chunk, budget)
+        if take <= 0:
+            left_out.append(seq.key)
+            continue
+        prefill.append((seq.key, take))
+        budget -= take
+    return StepPlan(tuple(decode), tuple(prefill), tuple(left_out))

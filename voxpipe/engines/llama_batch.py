@@ -1,0 +1,526 @@
+"""Continuous batching for the embedded llama.cpp model: every call's reply in one decode.
+
+One llama.cpp context, with one KV sequence per slot (``llm.max_sequences``), serves every
+call that is generating. A thread of its own runs the steps: each step the scheduler
+(:mod:`voxpipe.engines.batch_plan`) picks which sequences decode one token and which
+prompts advance by a chunk, and all of them go through one ``llama_decode``. Decode on a
+CPU is bound by memory bandwidth, so four sequences in a step cost little more than one;
+a new turn's prompt joins the running batch in chunks instead of waiting for the others'
+replies to end. Each sequence samples from its own row of logits with its own random
+state (:mod:`voxpipe.engines.token_sampler`) under its own :class:`ReplyRules`.
+
+A call keeps its KV prefix: a slot remembers whose conversation it holds, so a call's next
+turn evaluates only its new tokens. When a call needs a slot that another (idle) call
+holds, the holder's KV is saved to a byte-bounded LRU and restored when it speaks again;
+a call with nothing saved takes the idle slot whose tokens share the longest prefix with
+its prompt, and a prefix another sequence holds (at least the instructions) is shared
+with it. The KV cache is one buffer (``kv_unified``: measured cheaper per step at four
+sequences than a stream per sequence, and it lets a prefix be shared); every cell is
+tagged with its sequences and attention is masked by them, so nothing of one call reaches
+another's.
+
+Work that needs the whole model to itself (a tool call under a grammar, on the engine's
+other context) takes the cores between two steps through :class:`ComputeTurns`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import ctypes
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from voxpipe.engines.base import CancelToken, EngineError, LlmUsage, Urgency
+from voxpipe.engines.batch_plan import BatchPolicy, Phase, SeqView, StepRecord, plan_step
+from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
+from voxpipe.engines.reply_rules import ReplyRules
+from voxpipe.engines.token_sampler import SamplingSettings, TokenSampler
+
+log = logging.getLogger("voxpipe.engines")
+
+IDLE_WAIT_S = 0.005  # a step with nothing to run (every sequence gated) waits this long
+
+
+class ComputeTurns:
+    """Who computes now: the batch loop one step at a time, or an exclusive job for its whole
+    length. An exclusive job waiting goes before the loop's next step, so it never starves;
+    two exclusive jobs take turns."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._exclusive_waiting = 0
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._exclusive_waiting += 1
+            while self._busy:
+                self._cond.wait()
+            self._exclusive_waiting -= 1
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        with self._cond:
+            while self._busy or self._exclusive_waiting:
+                self._cond.wait()
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
+
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+@dataclass
+class _Slot:
+    seq_id: int
+    owner: str | None = None
+    tokens: list[int] = field(default_factory=list)  # whose KV is in the sequence, in order
+    busy: bool = False
+    last_used_ns: int = 0
+
+
+@dataclass(eq=False)
+class _Request:
+    session_id: str
+    prompt: list[int]
+    cancel: CancelToken
+    usage: LlmUsage
+    urgency: Urgency
+    max_tokens: int  # 0: evaluate the prompt only (a prefill)
+    rules: ReplyRules | None
+    sampler: TokenSampler | None
+    out: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
+    slot: _Slot | None = None
+    phase: Phase = Phase.PREFILL
+    generated: list[int] = field(default_factory=list)
+    next_token: int = -1  # sampled, not yet in the KV
+    gated_since_ns: int = 0
+    left_out_since_ns: int = 0
+    abandoned: bool = False
+    decoder: Any = field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
+    )
+
+    @property
+    def evaluated(self) -> int:
+        return len(self.slot.tokens) if self.slot else 0
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One sequence's part of a step: where its KV stood, and the batch index of its last
+    token (whose logits it samples from, when ``done``)."""
+
+    request: _Request
+    kept: int
+    row: int
+    done: bool
+
+
+class BatchedLlama:
+    def __init__(
+        self,
+        llama: Any,  # llama_cpp.Llama: its model, vocabulary and context parameters
+        *,
+        max_sequences: int,
+        n_ctx: int,
+        n_batch: int,
+        threads: int,
+        policy: BatchPolicy,
+        sampling: SamplingSettings,
+        seed: int,
+        end_ids: np.ndarray,
+        is_end: Callable[[int], bool],
+        state_cache_bytes: int,
+        turns: ComputeTurns,
+        on_step: Callable[[StepRecord], None] | None = None,
+    ) -> None:
+        import llama_cpp
+
+        self._cpp = llama_cpp
+        self._llama = llama
+        self.max_sequences = max_sequences
+        self.n_ctx = n_ctx  # per sequence
+        self.policy = policy
+        self.sampling = sampling
+        self.seed = seed
+        self._end_ids = end_ids
+        self._is_end = is_end
+        self._turns = turns
+        self.on_step = on_step
+        params = type(llama.context_params)()
+        ctypes.memmove(
+            ctypes.byref(params), ctypes.byref(llama.context_params), ctypes.sizeof(params)
+        )
+        params.n_ctx = n_ctx * max_sequences
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = max_sequences
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.kv_unified = True
+        self._ctx = llama_cpp.llama_init_from_model(llama._model.model, params)
+        if not self._ctx:
+            raise EngineError("llama.cpp could not create the batched context")
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self.n_batch = n_batch
+        self._n_vocab = llama.n_vocab()
+        self.states = StateCache(state_cache_bytes)
+        self._slots = [_Slot(i) for i in range(max_sequences)]
+        self._incoming: list[_Request] = []
+        self._active: list[_Request] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="engine-llm-batch", daemon=True)
+        self._thread.start()
+
+    # -- the API, called from the runner's threads -------------------------------------------
+
+    def stream(
+        self,
+        session_id: str,
+        prompt: list[int],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        urgency: Urgency | None,
+        max_tokens: int,
+        rules: ReplyRules,
+    ) -> Iterator[str]:
+        """The reply's text deltas as the steps make them; stops once ``cancel`` is set."""
+        request = _Request(
+            session_id, prompt, cancel, usage, urgency or Urgency(), max_tokens, rules,
+            TokenSampler(self.sampling, self.seed),
+        )  # fmt: skip
+        return self._results(request)
+
+    def prefill(
+        self, session_id: str, prompt: list[int], cancel: CancelToken, usage: LlmUsage
+    ) -> None:
+        """Evaluate ``prompt`` into the session's sequence, so its next turn adds only its own
+        tokens; runs as speculative work (after every confirmed turn)."""
+        request = _Request(session_id, prompt, cancel, usage, Urgency(held=True), 0, None, None)
+        for _ in self._results(request):
+            pass
+
+    def _results(self, request: _Request) -> Iterator[str]:
+        with self._cond:
+            if self._closed:
+                raise EngineError("the LLM is closed")
+            self._incoming.append(request)
+            self._cond.notify()
+        try:
+            while True:
+                item = request.out.get()
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield str(item)
+        finally:
+            request.abandoned = True  # the loop drops it at its next step, if still there
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is kept for ``session_id``; a slot it holds keeps its tokens (a new
+        call may reuse their prefix) but no longer belongs to it."""
+        with self._cond:
+            self.states.pop(session_id)
+            for slot in self._slots:
+                if slot.owner == session_id and not slot.busy:
+                    slot.owner = None
+
+    def clear(self) -> None:
+        """Empty every sequence and the saved states (the benchmark's cold baseline)."""
+        with self._turns.exclusive(), self._cond:
+            self.states = StateCache(self.states.max_bytes)
+            for slot in self._slots:
+                if not slot.busy:
+                    self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
+                    slot.tokens, slot.owner = [], None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._incoming and not self._active:
+                    self._cond.wait()
+                if self._closed:
+                    for request in [*self._incoming, *self._active]:
+                        request.out.put(_Failure(EngineError("the LLM is closing")))
+                    return
+            try:
+                with self._turns.step():
+                    ran = self._step()
+            except Exception as error:  # a broken step fails its requests, not the loop
+                log.exception("llm batch step failed")
+                self._fail_all(error)
+                continue
+            if not ran:
+                with self._cond:
+                    self._cond.wait(IDLE_WAIT_S)
+
+    def _step(self) -> bool:
+        with self._cond:
+            incoming, self._incoming = self._incoming, []
+        for request in incoming:
+            self._admit(request)
+        for request in list(self._active):
+            if request.abandoned or request.cancel.cancelled:
+                self._finish(request, "cancelled")
+        now = time.monotonic_ns()
+        views: dict[Hashable, tuple[_Request, SeqView]] = {
+            id(r): (r, self._view(r, now)) for r in self._active
+        }
+        plan = plan_step([view for _, view in views.values()], self.policy)
+        for key in plan.waiting:
+            waiting = views[key][0]
+            waiting.left_out_since_ns = waiting.left_out_since_ns or now
+        if plan.empty:
+            return False
+        entries: list[_Entry] = []
+        n = 0
+        for key in plan.decode:
+            request = views[key][0]
+            entries.append(_Entry(request, request.evaluated, n + 0, True))
+            n = self._put(n, request, [request.next_token], logits=True)
+        for key, count in plan.prefill:
+            request = views[key][0]
+            start = request.evaluated
+            last = start + count == len(request.prompt)
+            wants = last and request.max_tokens > 0
+            entries.append(_Entry(request, start, n + count - 1, last))
+            n = self._put(n, request, request.prompt[start : start + count], logits=wants)
+        self._batch.n_tokens = n
+        started = time.perf_counter()
+        rc = self._cpp.llama_decode(self._ctx, self._batch)
+        seconds = time.perf_counter() - started
+        if rc != 0:
+            error = EngineError(f"llama_decode failed ({rc}) on {n} tokens")
+            for entry in entries:
+                self._undo(entry)
+                self._finish(entry.request, "error", error)
+            return True
+        if self.on_step is not None:
+            self.on_step(StepRecord(len(plan.decode), n - len(plan.decode), seconds))
+        for entry in entries:
+            request = entry.request
+            if not entry.done:
+                continue
+            if request.phase is Phase.PREFILL:  # the prompt is in
+                if request.max_tokens == 0:
+                    self._finish(request, "stop")
+                    continue
+                request.phase = Phase.DECODE
+            self._sample(request, entry.row)
+        return True
+
+    def _view(self, request: _Request, now_ns: int) -> SeqView:
+        urgency = request.urgency
+        gate = urgency.gate
+        gated = gate is not None and not gate.is_set()
+        if gated:
+            request.gated_since_ns = request.gated_since_ns or now_ns
+            gated = now_ns - request.gated_since_ns < urgency.max_hold_ns
+        else:
+            request.gated_since_ns = 0
+        return SeqView(
+            id(request),
+            request.phase,
+            urgency.deadline_ns,
+            urgency.held,
+            gated,
+            len(request.prompt) - request.evaluated,
+            len(request.generated),
+            now_ns - request.left_out_since_ns if request.left_out_since_ns else 0,
+        )
+
+    def _put(self, n: int, request: _Request, tokens: Sequence[int], logits: bool) -> int:
+        """Append ``tokens`` of ``request``'s sequence to the batch at index ``n``."""
+        batch, slot = self._batch, request.slot
+        assert slot is not None
+        request.left_out_since_ns = 0
+        for i, token in enumerate(tokens):
+            batch.token[n] = token
+            batch.pos[n] = len(slot.tokens)
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = slot.seq_id
+            batch.logits[n] = logits and i == len(tokens) - 1
+            slot.tokens.append(token)
+            n += 1
+        if request.urgency.joined_ns == 0:
+            request.urgency.joined_ns = time.monotonic_ns()
+        return n
+
+    def _undo(self, entry: _Entry) -> None:
+        """A failed decode: the entry's tokens are not in the KV cache."""
+        slot = entry.request.slot
+        if slot is not None:
+            del slot.tokens[entry.kept :]
+            self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, entry.kept, -1)
+
+    def _sample(self, request: _Request, row: int) -> None:
+        pointer = self._cpp.llama_get_logits_ith(self._ctx, row)
+        logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
+        assert request.rules is not None and request.sampler is not None
+        logits = request.rules(np.asarray(request.generated, dtype=np.intc), logits)
+        token = request.sampler.sample(logits, request.generated)
+        self._take(request, token)
+
+    def _take(self, request: _Request, token: int) -> None:
+        usage = request.usage
+        if request.cancel.cancelled or request.abandoned:
+            self._finish(request, "cancelled")
+            return
+        if self._is_end(token):
+            self._finish(request, "stop")
+            return
+        usage.completion_tokens += 1
+        request.generated.append(token)
+        request.next_token = token
+        text = request.decoder.decode(self._llama.detokenize([token]))
+        if text:
+            assert request.rules is not None
+            request.rules.said(text)
+            request.out.put(text)
+        if usage.completion_tokens >= request.max_tokens:
+            self._finish(request, "length")
+
+    def _finish(self, request: _Request, reason: str, error: BaseException | None = None) -> None:
+        if request not in self._active:
+            return
+        self._active.remove(request)
+        request.usage.finish_reason = reason
+        if reason not in ("cancelled", "error") and request.max_tokens:
+            if tail := request.decoder.decode(b"", final=True):
+                request.out.put(tail)
+        if request.slot is not None:
+            request.slot.busy = False
+            request.slot.last_used_ns = time.monotonic_ns()
+        request.out.put(_END if error is None else _Failure(error))
+
+    def _fail_all(self, error: BaseException) -> None:
+        for request in list(self._active):
+            self._finish(request, "error", error)
+
+    # -- slots and the KV each keeps -----------------------------------------------------------
+
+    def _admit(self, request: _Request) -> None:
+        """Give ``request`` a slot holding as much of its prompt as can be had."""
+        try:
+            slot, restored = self._claim(request.session_id, request.prompt)
+        except EngineError as error:
+            request.out.put(_Failure(error))
+            return
+        slot.busy = True
+        slot.owner = request.session_id
+        reused = common_prefix(slot.tokens, request.prompt)
+        if reused == len(request.prompt) and request.max_tokens:
+            reused -= 1  # replay the last token for fresh logits
+        self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
+        del slot.tokens[reused:]
+        request.slot = slot
+        usage = request.usage
+        usage.state_restored = restored
+        usage.prompt_tokens = len(request.prompt)
+        usage.reused_tokens = reused
+        usage.prefill_tokens = len(request.prompt) - reused
+        usage.finish_reason = "length"
+        self._active.append(request)
+
+    def _claim(self, session_id: str, prompt: list[int]) -> tuple[_Slot, bool]:
+        free = [s for s in self._slots if not s.busy]
+        if not free:  # the runner's workers are as many as the slots: never while they hold
+            raise EngineError("every LLM sequence is busy")
+        for slot in free:
+            if slot.owner == session_id:
+                return slot, False
+        with self._cond:
+            saved = self.states.pop(session_id)
+        if saved is not None:
+            slot = min(free, key=lambda s: (s.owner is not None, s.last_used_ns))
+            self._evict(slot)
+            if self._restore(slot, saved):
+                return slot, True
+            return slot, False
+        slot = max(
+            free,
+            key=lambda s: (common_prefix(s.tokens, prompt), s.owner is None, -s.last_used_ns),
+        )
+        self._evict(slot)
+        self._share_prefix(slot, prompt)
+        return slot, False
+
+    def _share_prefix(self, slot: _Slot, prompt: list[int]) -> None:
+        """Give ``slot`` the longest prefix of ``prompt`` that any sequence holds (the
+        instructions, at least, once one call has run): the cells are shared, not copied,
+        and attention keeps each sequence to its own."""
+        best = max(self._slots, key=lambda s: common_prefix(s.tokens, prompt))
+        shared = common_prefix(best.tokens, prompt)
+        if best is slot or shared <= common_prefix(slot.tokens, prompt):
+            return
+        self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
+        self._cpp.llama_memory_seq_cp(self._memory, best.seq_id, slot.seq_id, 0, shared)
+        slot.tokens = best.tokens[:shared]
+
+    def _evict(self, slot: _Slot) -> None:
+        """Save the slot's owner's KV (its next turn restores it); the tokens stay."""
+        if slot.owner is None or not slot.tokens:
+            slot.owner = None
+            return
+        ctx, seq = self._ctx, slot.seq_id
+        size = self._cpp.llama_state_seq_get_size(ctx, seq)
+        buf = (ctypes.c_uint8 * size)()
+        written = self._cpp.llama_state_seq_get_data(ctx, buf, size, seq)
+        state = SavedState(np.asarray(slot.tokens, dtype=np.intc), bytes(buf[:written]))
+        with self._cond:
+            self.states.put(slot.owner, state)
+        slot.owner = None
+
+    def _restore(self, slot: _Slot, state: SavedState) -> bool:
+        self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
+        slot.tokens = []
+        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
+        if self._cpp.llama_state_seq_set_data(self._ctx, buf, len(state.kv), slot.seq_id) == 0:
+            self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
+            return False
+        slot.tokens = [int(t) for t in state.tokens]
+        return True
