@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -34,6 +34,7 @@ from voxpipe.engines.base import (
     VadStream,
 )
 from voxpipe.engines.runner import EngineRunner, JobClock
+from voxpipe.engines.stt_batch import BatchingStt, SttBatch
 
 E = TypeVar("E")
 T = TypeVar("T")
@@ -89,12 +90,19 @@ class QueuedVad(Queued[VadEngine]):
         return await self.runner.call(lambda: stream.process(windows), clock)
 
 
+@dataclass(frozen=True)
 class QueuedStt(Queued[SttEngine]):
+    batch: SttBatch = field(default_factory=SttBatch, compare=False)
+
     async def transcribe(self, audio: np.ndarray, clock: JobClock | None = None) -> Transcription:
         """``audio``: mono float32 at 16 kHz. The job runs in the caller's context, so
         what the engine logs carries the caller's call and turn ids (not done for the VAD,
-        whose jobs come with every frame and which logs nothing)."""
-        engine, run = self.engine, contextvars.copy_context().run
+        whose jobs come with every frame and which logs nothing). An engine that takes a
+        batch gets the transcripts waiting together (:mod:`voxpipe.engines.stt_batch`)."""
+        engine, clock = self.engine, clock or JobClock()
+        if isinstance(engine, BatchingStt):
+            return await self.batch.transcribe(self.runner, engine, audio, clock)
+        run = contextvars.copy_context().run
         return await self.runner.call(lambda: run(engine.transcribe, audio), clock)
 
 

@@ -188,10 +188,11 @@ class EngineRunner:
                 await asyncio.gather(wrapped, return_exceptions=True)
             raise
 
-    async def call(
+    def submit(
         self, fn: Callable[[], T], clock: JobClock | None = None, deadline_ns: int | None = None
-    ) -> T:
-        """Run ``fn`` on the engine's thread and return its result."""
+    ) -> Future[T]:
+        """Queue ``fn`` for the engine's thread; the future is its result. Cancelling it
+        while queued drops the job (:meth:`call` awaits it for you)."""
         clock = clock or JobClock()
 
         def job() -> T:
@@ -201,7 +202,13 @@ class EngineRunner:
             finally:
                 self._finish(clock)
 
-        return await self._wait(self._enqueue(job, clock, deadline_ns))
+        return self._enqueue(job, clock, deadline_ns)
+
+    async def call(
+        self, fn: Callable[[], T], clock: JobClock | None = None, deadline_ns: int | None = None
+    ) -> T:
+        """Run ``fn`` on the engine's thread and return its result."""
+        return await self._wait(self.submit(fn, clock, deadline_ns))
 
     async def stream(
         self,

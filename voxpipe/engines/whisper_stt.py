@@ -122,6 +122,32 @@ class WhisperStt:
             return self._transcribe_long_form(audio)
         return self._transcribe_fitted(audio, first)
 
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[Transcription]:
+        """Several utterances in one encode and one decode, in the window that fits the
+        longest. Whisper's encoder and CTranslate2's greedy decoder take a batch, and
+        turns that end close together share their weights' pass. An utterance whose
+        decode runs away, or one too long for the buckets, is redone alone."""
+        audios = [a.astype(np.float32, copy=False) for a in audios]
+        windows = [choose_window(a.shape[0] / STT_SAMPLE_RATE, self.buckets) for a in audios]
+        if len(audios) < 2 or self.window == "full" or any(w is None for w in windows):
+            return [self.transcribe(a) for a in audios]
+        window_s = max(w for w in windows if w is not None)
+        features = [self._model.feature_extractor(a)[:, :-1] for a in audios]
+        budgets = [max_new_tokens(a.shape[0] / STT_SAMPLE_RATE) for a in audios]
+        decoded = self._decode_many(features, window_s, max(budgets))
+        results: list[Transcription] = []
+        for audio, feats, budget, (text, tokens) in zip(
+            audios, features, budgets, decoded, strict=True
+        ):
+            text = text if words_of(text) else ""
+            if feats.shape[1] == 0:
+                text = ""
+            elif text and is_runaway(text, tokens, budget):
+                results.append(self.transcribe(audio))
+                continue
+            results.append(self._result(text, audio, self._result_language))
+        return results
+
     def warmup(self) -> None:
         """Run the path a call runs, once per window bucket, so no call meets a cold shape."""
         # A tone burst rather than silence, so the decoder runs a few real steps.
@@ -185,32 +211,43 @@ class WhisperStt:
     def _decode(self, features: np.ndarray, window_s: float, budget: int) -> tuple[str, int]:
         """One greedy (or beam) decode of the features padded to ``window_s``; returns the text
         ("" for what faster-whisper would skip as silence) and how many tokens it took."""
+        return self._decode_many([features], window_s, budget)[0]
+
+    def _decode_many(
+        self, features: Sequence[np.ndarray], window_s: float, budget: int
+    ) -> list[tuple[str, int]]:
+        """:meth:`_decode` of several utterances as one batch."""
         import ctranslate2
 
         frames = round(window_s * FRAMES_PER_S)
-        content = features[:, :frames]
-        padded = np.zeros((1, features.shape[0], frames), dtype=np.float32)
-        padded[0, :, : content.shape[1]] = content  # zeros after, as faster-whisper pads
+        padded = np.zeros((len(features), features[0].shape[0], frames), dtype=np.float32)
+        for i, feats in enumerate(features):
+            content = feats[:, :frames]
+            padded[i, :, : content.shape[1]] = content  # zeros after, as faster-whisper pads
         model: Any = self._model.model
         encoded = model.encode(ctranslate2.StorageView.from_array(padded))
         # CTranslate2 4.x ends a Whisper decode after about max_length / 2 new tokens, so twice
         # the budget (plus the prompt) lets the decode reach the budget, where it is judged.
         max_length = min(self._model.max_length, 2 * (budget + len(self._prompt)))
-        result = model.generate(
+        results = model.generate(
             encoded,
-            [self._prompt],
+            [self._prompt] * len(features),
             beam_size=self._beam_size,
             max_length=max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=self._suppress,
-        )[0]
-        tokens: list[int] = result.sequences_ids[0]
-        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOW_AVG_LOGPROB:
-            return "", len(tokens)
-        return str(self._tokenizer.decode(tokens)).strip(), len(tokens)
+        )
+        decoded: list[tuple[str, int]] = []
+        for result in results:
+            tokens: list[int] = result.sequences_ids[0]
+            avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+            if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOW_AVG_LOGPROB:
+                decoded.append(("", len(tokens)))
+            else:
+                decoded.append((str(self._tokenizer.decode(tokens)).strip(), len(tokens)))
+        return decoded
 
     @staticmethod
     def _result(text: str, audio: np.ndarray, language: str) -> Transcription:
