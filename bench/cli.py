@@ -59,9 +59,43 @@ def cmd_tool_turns(args: argparse.Namespace) -> int:
     return tool_turns_main(args)
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    from bench.batch import main as batch_main
+
+    return batch_main(args)
+
+
+def cmd_concurrency(args: argparse.Namespace) -> int:
+    from bench.concurrency import main as concurrency_main
+
+    return concurrency_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    batch = sub.add_parser(
+        "batch", help="LLM tokens/s at 1-8 sequences and Whisper transcripts/s at batch 1-4"
+    )
+    batch.add_argument("--config", type=Path)
+    batch.add_argument("--out", type=Path, default=Path("bench-results/batch.json"))
+    batch.set_defaults(func=cmd_batch)
+
+    concurrency = sub.add_parser(
+        "concurrency",
+        help="N concurrent Twilio callers: first answer audio p50/p95/p99 per N, queue wait "
+        "apart from compute per stage",
+    )
+    concurrency.add_argument("--config", type=Path, help="base server config (JSON)")
+    concurrency.add_argument("--callers", default="1,2,3,4", help="comma-separated levels")
+    concurrency.add_argument("--turns", type=int, default=10, help="sentences per caller")
+    concurrency.add_argument("--stagger-s", type=float, default=1.7)
+    concurrency.add_argument("--gap-ms", type=int, default=1500)
+    concurrency.add_argument("--pause-ms", type=int, default=300)
+    concurrency.add_argument("--port", type=int, help="server port (default: a free one)")
+    concurrency.add_argument("--out", type=Path, default=Path("bench-results/concurrency.json"))
+    concurrency.set_defaults(func=cmd_concurrency)
 
     conversation = sub.add_parser(
         "conversation", help="latency benchmark over a scripted spoken conversation"
