@@ -94,6 +94,16 @@ class LlmConfig(BaseModel):
         description="Embedded model: longest a reply past its first phrase waits in a row for "
         "other callers' first phrases (it has audio buffered; they hear silence).",
     )
+    late_after_ms: int = Field(
+        600,
+        ge=0,
+        description="Embedded model: a confirmed reply that starts generating this long after "
+        "it was asked for is late (the machine is past capacity): its token cap drops to "
+        "late_max_tokens and its first phrase to chunker.late_first_phrase_words.",
+    )
+    late_max_tokens: int = Field(
+        30, ge=1, description="Embedded model: the token cap of a late reply."
+    )
     max_tokens: int = Field(80, ge=1, le=2048, description="Longest reply, in tokens.")
     temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature.")
     top_p: float = Field(0.9, gt=0.0, le=1.0, description="Nucleus sampling mass.")

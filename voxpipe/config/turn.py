@@ -73,6 +73,12 @@ class ChunkerConfig(BaseModel):
         description="The first chunk may end before a word that starts a phrase (and, with, "
         "to, because, ...) once this many words precede it.",
     )
+    late_first_phrase_words: int = Field(
+        3,
+        ge=1,
+        description="A late reply's first chunk (the LLM started it past llm.late_after_ms) "
+        "ends after this many words at most.",
+    )
     min_chars: int = Field(
         40, ge=1, description="Later clauses end at a comma only past this many chars."
     )

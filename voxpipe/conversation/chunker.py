@@ -36,6 +36,12 @@ class ClauseChunker:
         self.cfg = config
         self._buffer = ""
         self._emitted = 0
+        self._first_phrase_words = config.first_phrase_max_words
+
+    def hurry(self) -> None:
+        """The reply is late: its first phrase ends after ``late_first_phrase_words``."""
+        late = self.cfg.late_first_phrase_words
+        self._first_phrase_words = min(self._first_phrase_words or late, late)
 
     def push(self, delta: str) -> list[str]:
         """Add a text delta; return the clauses that are now complete."""
@@ -77,7 +83,7 @@ class ClauseChunker:
         """Where the first phrase may end: before a phrase-starting word once
         ``first_phrase_min_words`` words precede it, or after ``first_phrase_max_words``
         complete words; None while neither has happened (or the phrase rule is off)."""
-        most, least = self.cfg.first_phrase_max_words, self.cfg.first_phrase_min_words
+        most, least = self._first_phrase_words, self.cfg.first_phrase_min_words
         if most <= 0:
             return None
         for i, word in enumerate(_WORD.finditer(buf)):

@@ -311,7 +311,7 @@ class Reply:
         )  # fmt: skip
 
         async def think() -> None:
-            chunker = ClauseChunker(cfg.chunker)
+            chunker, counters = ClauseChunker(cfg.chunker), self.timeline.counters
             messages = self._prompt()
             try:
                 for round_no in itertools.count():
@@ -333,6 +333,9 @@ class Reply:
                                 if isinstance(item, str):
                                     await stop_guard()  # the answer has begun
                                     stages.token()
+                                    if self.urgency.late and "late" not in counters:
+                                        chunker.hurry()  # shed work: past capacity
+                                        counters["late"] = True
                                     audio.first_words.set()
                                     self.generated += item
                                     text += item

@@ -242,7 +242,9 @@ class Urgency:
     may not have ended) until the reply is confirmed. ``gate``: while clear, the reply's
     first clause is being synthesized and the request sits out (for up to ``max_hold_ns``).
     ``joined_ns`` is set by the engine when the request first enters a step: its queue
-    wait ends there.
+    wait ends there. ``late`` is set then too, when it joined so late that the turn will
+    miss its mark anyway: the engine lowers its token cap and the reply cuts its first
+    phrase short, on purpose, rather than leave the caller in silence longer.
     """
 
     deadline_ns: int = field(default_factory=time.monotonic_ns)
@@ -250,6 +252,7 @@ class Urgency:
     gate: threading.Event | None = None
     max_hold_ns: int = 1_000_000_000
     joined_ns: int = 0
+    late: bool = False  # set by the engine: joined too late; the reply hurries (batch_plan)
 
 
 @runtime_checkable

@@ -22,6 +22,11 @@ goes into the step. The rules, in order:
    ``prefill_chunk`` tokens a step, so its prefill joins the running batch without
    stalling the others for its whole length (continuous batching); with nothing
    generating it takes the whole step budget.
+
+Beyond what the machine holds, a confirmed request that joins its first step more than
+``late_after_ns`` after it was made is *late*: its reply is capped at ``late_max_tokens``
+and its first phrase is cut short (``Urgency.late``), so the overload sheds work instead of
+growing every caller's silence.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ class BatchPolicy:
     prefill_chunk: int = 64  # most prompt tokens a step while others generate
     first_phrase_tokens: int = 12  # a reply's first phrase: about its first five words
     rest_hold_ns: int = 400_000_000  # longest a reply past its first phrase waits in a row
+    late_after_ns: int = 600_000_000  # a confirmed request joining this late is late
+    late_max_tokens: int = 30  # a late reply's token cap
 
 
 def _in_first_phrase(seq: SeqView, policy: BatchPolicy) -> bool:

@@ -387,8 +387,16 @@ class BatchedLlama:
             slot.tokens.append(token)
             n += 1
         if request.urgency.joined_ns == 0:
-            request.urgency.joined_ns = time.monotonic_ns()
+            self._joined(request)
         return n
+
+    def _joined(self, request: _Request) -> None:
+        urgency, policy = request.urgency, self.policy
+        urgency.joined_ns = time.monotonic_ns()
+        waited = urgency.joined_ns - urgency.deadline_ns
+        if request.max_tokens and not urgency.held and waited >= policy.late_after_ns:
+            urgency.late = True
+            request.max_tokens = min(request.max_tokens, policy.late_max_tokens)
 
     def _undo(self, entry: _Entry) -> None:
         """A failed decode: the entry's tokens are not in the KV cache."""

@@ -201,3 +201,12 @@ def test_phrases_do_not_depend_on_how_the_text_arrived() -> None:
     by_char = stream(list(text))
     assert by_token == by_char
     assert " ".join(by_token).split() == text.split()
+
+
+def test_a_late_reply_cuts_its_first_phrase_short() -> None:
+    text = "Our kitchen stays open until eleven tonight for every guest who calls ahead."
+    chunker = ClauseChunker(CFG)
+    chunker.hurry()
+    first = chunker.push(text)[0]
+    assert first == "Our kitchen stays"  # late_first_phrase_words, not the usual five
+    assert stream(tokens(text))[0] == "Our kitchen stays open"  # before "until"
