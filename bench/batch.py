@@ -7,6 +7,8 @@
 - **STT**: the same utterances transcribed one by one, and in batches of 2 and 4
   (``WhisperStt.transcribe_batch``): transcripts per second, short card names and long
   read sentences apart.
+- **TTS**: Piper on four first phrases, one by one and padded into runs of 2 and 4.
+- **VAD**: one window's cost, and what a batch could save at four calls.
 
 The engines are loaded here, warmed, and run alone on the machine: these are the floors
 the concurrent-callers benchmark (``bench caller --concurrency``) is read against.
@@ -121,6 +123,71 @@ def stt_figures(config: Config) -> dict[str, Any]:
     return out
 
 
+PHRASES = ("Of course, we are open", "Sure, a table for four", "Yes, we have vegetarian",
+           "Let me check that for")  # fmt: skip
+
+
+def tts_figures() -> dict[str, Any]:
+    """Piper on four first phrases: one by one, and padded into one run of 2 and of 4
+    (VITS takes a batch with ``input_lengths``; the cost is what is measured here)."""
+    import numpy as np
+
+    from voxpipe.engines.piper_tts import PiperTts
+
+    tts = PiperTts(None, threads=1)
+    tts.warmup()
+    voice = tts._voice  # the runtime's own session, as the engine runs it
+    ids = [voice.phonemes_to_ids(voice.phonemize(p)[0]) for p in PHRASES]
+    cfg = voice.config
+    scales = np.array([cfg.noise_scale, cfg.length_scale, cfg.noise_w_scale], dtype=np.float32)
+
+    def run(batch: list[list[int]]) -> None:
+        width = max(map(len, batch))
+        padded = np.zeros((len(batch), width), dtype=np.int64)
+        for i, row in enumerate(batch):
+            padded[i, : len(row)] = row
+        lengths = np.array([len(r) for r in batch], dtype=np.int64)
+        voice.session.run(None, {"input": padded, "input_lengths": lengths, "scales": scales})
+
+    rows = []
+    for size in (1, 2, 4):
+        started = time.perf_counter()
+        for _ in range(3):
+            for i in range(0, len(ids), size):
+                run(ids[i : i + size])
+        seconds = (time.perf_counter() - started) / 3
+        rows.append({"batch": size, "phrases_per_s": round(len(ids) / seconds, 2)})
+    for row in rows:
+        row["speedup_vs_one"] = round(row["phrases_per_s"] / rows[0]["phrases_per_s"], 2)
+    return {"phrases": list(PHRASES), "rows": rows}
+
+
+def vad_figures() -> dict[str, Any]:
+    """Silero on one 32 ms window of one call: the cost a batch could save. The ONNX file
+    that ships with faster-whisper fixes its state's batch at 1, so a batch is not even
+    possible without another model file."""
+    import numpy as np
+
+    from voxpipe.engines.silero_vad import CONTEXT, WINDOW, SileroVad
+
+    session = SileroVad()._session
+    x = np.zeros((1, WINDOW + CONTEXT), np.float32)
+    state = np.zeros((1, 1, 128), np.float32)
+    for _ in range(50):
+        session.run(None, {"input": x, "h": state, "c": state})
+    runs = 500
+    started = time.perf_counter()
+    for _ in range(runs):
+        session.run(None, {"input": x, "h": state, "c": state})
+    per_window_us = (time.perf_counter() - started) / runs * 1e6
+    calls = 4
+    return {
+        "per_window_us": round(per_window_us, 1),
+        "core_share_at_4_calls": round(calls * (16000 / WINDOW) * per_window_us / 1e6, 4),
+        "batch_input_accepted": False,
+    }
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [f"LLM {result['llm']['model']} ({result['llm']['threads']} threads), greedy, "
              f"{TOKENS} tokens a reply", "",
@@ -135,12 +202,26 @@ def render(result: dict[str, Any]) -> str:
         for r in data["rows"]:
             lines.append(f"| {name} | {r['batch']} | {r['transcripts_per_s']} | "
                          f"{r['speedup_vs_one']}x |")  # fmt: skip
+    lines += ["", "| Piper first phrases | batch | phrases/s | vs one |", "|---|---|---|---|"]
+    for r in result["tts"]["rows"]:
+        lines.append(
+            f"| 4 phrases | {r['batch']} | {r['phrases_per_s']} | {r['speedup_vs_one']}x |"
+        )
+    vad = result["vad"]
+    lines += ["", f"Silero VAD: {vad['per_window_us']} us per 32 ms window of one call, "
+              f"{vad['core_share_at_4_calls'] * 100:.1f} % of one core for 4 calls; the bundled "
+              "ONNX file takes a batch of 1 only."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def main(args: argparse.Namespace) -> int:
     config = Config.load(args.config) if args.config else Config.load()
-    result = {"llm": llm_figures(config), "stt": stt_figures(config)}
+    result = {
+        "llm": llm_figures(config),
+        "stt": stt_figures(config),
+        "tts": tts_figures(),
+        "vad": vad_figures(),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     table = render(result)
