@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     concurrency.add_argument("--callers", default="1,2,3,4", help="comma-separated levels")
     concurrency.add_argument("--turns", type=int, default=10, help="sentences per caller")
     concurrency.add_argument("--stagger-s", type=float, default=1.7)
+    concurrency.add_argument(
+        "--max-calls", type=int, help="the server's admission limit (default: the most callers)"
+    )
     concurrency.add_argument("--gap-ms", type=int, default=1500)
     concurrency.add_argument("--pause-ms", type=int, default=300)
     concurrency.add_argument("--port", type=int, help="server port (default: a free one)")

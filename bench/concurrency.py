@@ -87,12 +87,14 @@ def waits(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def render(levels: list[dict[str, Any]], header: str) -> str:
     lines = [header, "", "First answer audio at the caller, from its last sound (filler off):", "",
-             "| callers | turns | answered | unanswered | talked over | p50 | p95 | p99 | max |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| callers | refused at connect | turns | answered | unanswered | talked over | p50 | "
+             "p95 | p99 | max |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for level in levels:
         s, a = level["summary"], level["summary"]["answer_ms"]
         unanswered = s["turns"] - s["answered"] - s["interrupted"]
-        lines.append(f"| {level['callers']} | {s['turns']} | {s['answered']} | {unanswered} | "
+        refused = len(level["failures"])
+        lines.append(f"| {level['callers']} | {refused} | {s['turns']} | {s['answered']} | "
+                     f"{unanswered} | "
                      f"{s['interrupted']} | {a.get('p50')} ms | {a.get('p95')} ms | "
                      f"{a.get('p99')} ms | {a.get('max')} ms |")  # fmt: skip
     lines += ["", "Queue wait (p50 / p99) apart from compute (p50 / p99), per stage, and where "
@@ -122,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = bench_config(args.config, workdir, no_filler=True)
     data = json.loads(config_path.read_text())
-    data.setdefault("limits", {})["max_calls"] = max(counts)
+    data.setdefault("limits", {})["max_calls"] = args.max_calls or max(counts)
     config_path.write_text(json.dumps(data, indent=1))
     config = Config.load(config_path)
     (workdir / "turns.jsonl").unlink(missing_ok=True)
@@ -147,13 +149,14 @@ def main(args: argparse.Namespace) -> int:
             })  # fmt: skip
     finally:
         server.stop()
+    sequences = getattr(config.llm, "max_sequences", 1)  # 1: a build before the batch
     header = (
         f"bench concurrency: Twilio callers (μ-law 8 kHz, real-time pace), each starting "
         f"{args.stagger_s} s after the one before, {args.turns} sentences each (long read and "
         f"short in turn, rotated per caller); LLM temperature 0, max_tokens 60, prompt "
         f"{PROMPT!r}; end-of-turn silence {config.turn.silence_ms} ms; filler off; the caller "
-        f"talks after {args.gap_ms} ms of quiet; llm.max_sequences "
-        f"{config.llm.max_sequences}. Load average {load_before} before, {load_average()} after."
+        f"talks after {args.gap_ms} ms of quiet; llm.max_sequences {sequences}. Load average "
+        f"{load_before} before, {load_average()} after."
     )
     text = render(levels, header)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,12 @@ class LlmConfig(BaseModel):
         description="Embedded model: longest a reply past its first phrase waits in a row for "
         "other callers' first phrases (it has audio buffered; they hear silence).",
     )
+    share_cores: bool = Field(
+        True,
+        description="Embedded model: each decode step runs on the threads the STT and TTS leave "
+        "free (llm.threads less theirs while they compute, at least one), so llama.cpp's "
+        "barriers do not stall on a core Piper or Whisper took.",
+    )
     late_after_ms: int = Field(
         600,
         ge=0,

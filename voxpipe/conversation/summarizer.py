@@ -28,7 +28,7 @@ from typing import Any
 
 from voxpipe.conversation.history import History
 from voxpipe.conversation.services import Services
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, ToolSpec
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, ToolSpec, Urgency
 from voxpipe.engines.runner import EngineBusy, JobClock
 
 log = logging.getLogger("voxpipe.summarizer")
@@ -106,7 +106,10 @@ class Summarizer:
         usage, clock = LlmUsage(), JobClock()
         parts: list[str] = []
         try:
-            stream = llm.stream(f"{self.session_id}#summary", messages, cancel, usage, clock)
+            background = Urgency(held=True)  # never ahead of a caller's turn in the batch
+            stream = llm.stream(
+                f"{self.session_id}#summary", messages, cancel, usage, clock, urgency=background
+            )
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     parts.append(delta)

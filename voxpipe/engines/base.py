@@ -267,6 +267,11 @@ class BatchingLlm(Protocol):
         """Tell ``observer`` of every step (the server's metrics)."""
         ...
 
+    def share_cores(self, others_busy: Callable[[], int]) -> None:
+        """``others_busy()``: how many threads the other engines are computing on now; the
+        LLM gives them those cores for its next step (it never goes below one thread)."""
+        ...
+
 
 class LlmEngine(Protocol):
     name: str

@@ -175,6 +175,11 @@ class BatchedLlama:
         self._is_end = is_end
         self._turns = turns
         self.on_step = on_step
+        self.threads = threads
+        self._threads_now = threads
+        # How many threads the other engines compute on now (the server wires the STT's and
+        # the TTS's runners in): each step leaves them their cores.
+        self.others_busy: Callable[[], int] = lambda: 0
         params = type(llama.context_params)()
         ctypes.memmove(
             ctypes.byref(params), ctypes.byref(llama.context_params), ctypes.sizeof(params)
@@ -330,6 +335,7 @@ class BatchedLlama:
             entries.append(_Entry(request, start, n + count - 1, last))
             n = self._put(n, request, request.prompt[start : start + count], logits=wants)
         self._batch.n_tokens = n
+        self._fit_threads()
         started = time.perf_counter()
         rc = self._cpp.llama_decode(self._ctx, self._batch)
         seconds = time.perf_counter() - started
@@ -352,6 +358,16 @@ class BatchedLlama:
                 request.phase = Phase.DECODE
             self._sample(request, entry.row)
         return True
+
+    def _fit_threads(self) -> None:
+        """Run the step on the cores the other engines leave free. llama.cpp's threads meet
+        at a barrier after every operation, so one of them preempted by Piper or Whisper
+        stalls the others: two llama threads beside a busy TTS thread on two cores are
+        slower than one."""
+        threads = max(1, self.threads - self.others_busy())
+        if threads != self._threads_now:
+            self._cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self._threads_now = threads
 
     def _view(self, request: _Request, now_ns: int) -> SeqView:
         urgency = request.urgency

@@ -265,6 +265,9 @@ class LlamaLlm:
     def observe_steps(self, observer: Callable[[StepRecord], None]) -> None:
         self.batch.on_step = observer
 
+    def share_cores(self, others_busy: Callable[[], int]) -> None:
+        self.batch.others_busy = others_busy
+
     def forget(self, session_id: str) -> None:
         """Never waits for a generation in progress (the event loop calls this)."""
         with self._state_lock:

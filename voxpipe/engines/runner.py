@@ -123,6 +123,11 @@ class EngineRunner:
         """No job waiting and none running: optional work may start without delaying any."""
         return self._pending == 0 and self._running == 0
 
+    @property
+    def computing(self) -> bool:
+        """A job is running now: its engine's threads hold cores."""
+        return self._running > 0
+
     def _admit(self) -> None:
         with self._lock:
             if self._pending >= self.max_queue:

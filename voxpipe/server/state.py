@@ -60,7 +60,7 @@ class ServerState:
             llm_workers = self.config.remote_llm.max_connections
         else:
             llm_workers = 1
-        return Runners(
+        runners = Runners(
             *(
                 EngineRunner(
                     name,
@@ -71,6 +71,11 @@ class ServerState:
                 for name in ("vad", "stt", "llm", "tts")
             )
         )
+        if isinstance(llm, BatchingLlm) and self.config.llm.share_cores:
+            stt, tts = runners.stt, runners.tts
+            stt_threads, tts_threads = self.config.stt.threads, self.config.tts.threads
+            llm.share_cores(lambda: stt_threads * stt.computing + tts_threads * tts.computing)
+        return runners
 
     def install(
         self,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from voxpipe.engines.base import (
     ToolCallDelta,
     ToolCallRequest,
     ToolSpec,
+    Urgency,
 )
 from voxpipe.engines.queued import QueuedEngines, Runners
 from voxpipe.engines.runner import EngineRunner, JobClock
@@ -106,3 +109,52 @@ async def test_tools_pass_through_to_the_engine_and_calls_come_back(
     async with contextlib.aclosing(plain):
         assert [d async for d in plain] == []  # no tools offered: no call made
     assert engines.llm.engine.tools == [tools, []]
+
+
+class BatchingFake(FakeLlm):
+    """A batching LLM: it takes each request's Urgency and says when it joined a step."""
+
+    max_sequences = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urgencies: list[Any] = []
+
+    def observe_steps(self, observer: Any) -> None:
+        pass
+
+    def stream(self, *args: Any, urgency: Any = None, **kwargs: Any) -> Iterator[Any]:
+        self.urgencies.append(urgency)
+        time.sleep(0.05)  # waiting for the batch
+        urgency.joined_ns = time.monotonic_ns()
+        return super().stream(*args, **kwargs)
+
+
+async def test_a_batching_llm_gets_the_urgency_and_its_wait_ends_when_it_joins() -> None:
+    llm = BatchingFake()
+    runner = EngineRunner("llm", workers=llm.max_sequences)
+    queued = QueuedEngines.of(Engines(FakeVad(), FakeStt("hi"), llm, FakeTts()),
+                              Runners(EngineRunner("vad"), EngineRunner("stt"), runner,
+                                      EngineRunner("tts")))  # fmt: skip
+    gate, clock = threading.Event(), JobClock()
+    gate.set()
+    try:
+        deltas = queued.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage(),
+                                   clock, gate, urgency=Urgency(held=True))  # fmt: skip
+        async with contextlib.aclosing(deltas):
+            assert [d async for d in deltas] == ["Hello", " there", "."]
+    finally:
+        for r in (queued.vad.runner, queued.stt.runner, runner, queued.tts.runner):
+            r.close()
+    [urgency] = llm.urgencies
+    assert urgency.held and urgency.gate is gate  # the reply's gate rides on its urgency
+    assert clock.started_ns == urgency.joined_ns  # queue wait: until it joined a step
+    assert clock.queue_s >= 0.05
+
+
+async def test_a_plain_llm_gets_no_urgency(queued: tuple[QueuedEngines, Jobs]) -> None:
+    engines, _ = queued
+    deltas = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage(),
+                                urgency=Urgency())  # fmt: skip
+    async with contextlib.aclosing(deltas):
+        assert [d async for d in deltas] == ["Hello", " there", "."]
