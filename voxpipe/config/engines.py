@@ -94,6 +94,14 @@ class LlmConfig(BaseModel):
         description="Embedded model: longest a reply past its first phrase waits in a row for "
         "other callers' first phrases (it has audio buffered; they hear silence).",
     )
+    speech_lead_ms: int = Field(
+        4000,
+        ge=0,
+        description="Embedded model: a reply past its first phrase sits out of the batch while "
+        "what it has generated and the caller has not yet heard (audio queued, and text waiting "
+        "for the TTS at speaking pace) lasts longer than this. 0 = generate every reply at full "
+        "speed.",
+    )
     share_cores: bool = Field(
         True,
         description="Embedded model: each decode step runs on the threads the STT and TTS leave "

@@ -110,3 +110,10 @@ class AudioConfig(BaseModel):
     outbound_buffer_ms: int = Field(
         15000, ge=200, description="Bound of synthesized audio waiting to be sent (producer waits)."
     )
+    synthesis_lead_ms: int = Field(
+        2000,
+        ge=0,
+        description="A reply's later clause is synthesized no sooner than this before the "
+        "caller's audio would run out: work not needed yet leaves the cores to other callers' "
+        "first words, and a barge-in saves it. 0 = synthesize every clause at once.",
+    )

@@ -282,6 +282,7 @@ class Reply:
         audio = ReplyAudio(
             self, ctx.services, stages, cancel, self.tracker, ctx.pacer,
             (ctx.send_audio, ctx.next_seq), ctx.output_rate, self._wait_until_sendable,
+            self.urgency,
         )  # fmt: skip
         usage = LlmUsage()
         llm_clock = JobClock()

@@ -27,11 +27,13 @@ from voxpipe.audio.resample import StreamResampler
 from voxpipe.conversation.events import AudioOut, SendAudio
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.services import Services
-from voxpipe.engines.base import CancelToken
+from voxpipe.engines.base import CancelToken, Urgency
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.stages import StageTimer
 
 TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio is needed
+NS_PER_SPOKEN_CHAR = 70_000_000  # Piper's voices speak about 14 characters a second
+PACE_CHECK_S = 0.1  # how often a later clause waiting for its time looks again
 
 
 class Sound(enum.Enum):
@@ -76,6 +78,7 @@ class ReplyAudio:
         send: tuple[SendAudio, Callable[[], int]],  # the transport's send, the next seq
         output_rate: int,
         sendable: Callable[[], Awaitable[None]],
+        urgency: Urgency,
     ) -> None:
         cfg = services.config
         self._reply, self._services, self._stages = reply, services, stages
@@ -96,13 +99,35 @@ class ReplyAudio:
         cancel.on_cancel(self.first_words.set)
         self.filler_queued = False
         self._synthesizing = self._holding_frame = False
+        self._urgency = urgency  # how far ahead of the caller's ear the reply is, for the LLM
+        self._chars_waiting = 0  # answer text queued for the TTS
+        self._lead_ns = cfg.audio.synthesis_lead_ms * 1_000_000
 
     # -- what the LLM side queues ---------------------------------------------
 
     async def clause(self, text: str) -> None:
         """A clause of the answer."""
         self._stages.clause(text)
+        self._chars_waiting += len(text)
+        self._mark_ahead()
         await self._clauses.put(text)
+
+    def _mark_ahead(self) -> None:
+        """When the caller will have heard everything generated so far: the audio queued,
+        then the text still waiting for the TTS at speaking pace (the batched LLM pauses a
+        reply far enough ahead: engines/batch_plan.py)."""
+        text_ns = self._chars_waiting * NS_PER_SPOKEN_CHAR
+        self._urgency.heard_by_ns = self._dry_at_ns(self._frames.qsize()) + text_ns
+
+    async def _until_needed(self) -> None:
+        """A later clause waits until the caller's audio would run out within
+        ``audio.synthesis_lead_ms``: synthesized sooner, it only takes the cores from
+        another caller's first words (and a barge-in may make it needless)."""
+        while self._lead_ns and not self._cancel.cancelled:
+            wait_ns = self._dry_at_ns(self._frames.qsize()) - self._lead_ns - time.monotonic_ns()
+            if wait_ns <= 0:
+                return
+            await asyncio.sleep(min(wait_ns / 1e9, PACE_CHECK_S))
 
     async def phrase(self, text: str) -> None:
         """Words that are not the answer (a tool's phrase); no filler after them."""
@@ -140,6 +165,10 @@ class ReplyAudio:
                 phrase = isinstance(item, Phrase)
                 text = item.text if isinstance(item, Phrase) else item
                 sound = Sound.PHRASE if phrase else Sound.ANSWER
+                if self.spoken and not phrase:
+                    await self._until_needed()
+                if not phrase:
+                    self._chars_waiting -= len(text)
                 clock = JobClock()
                 if not self.spoken and not phrase:
                     self.llm_gate.clear()
@@ -161,6 +190,7 @@ class ReplyAudio:
                             tracker.add_samples(audio.shape[0])
                             for frame in framer.push(float_to_pcm16(audio)):
                                 await self._frames.put((frame, sound))
+                            self._mark_ahead()
                 if not phrase:
                     self.spoken.append(text)
                 self._synthesizing = False

@@ -241,6 +241,8 @@ class Urgency:
     ``held``: the request is speculative (a reply started in the caller's pause; the turn
     may not have ended) until the reply is confirmed. ``gate``: while clear, the reply's
     first clause is being synthesized and the request sits out (for up to ``max_hold_ns``).
+    ``heard_by_ns``, kept by the reply's audio, says how far ahead of the caller's ear the
+    reply already is: a batching engine pauses a reply that is far enough ahead.
     ``joined_ns`` is set by the engine when the request first enters a step: its queue
     wait ends there. ``late`` is set then too, when it joined so late that the turn will
     miss its mark anyway: the engine lowers its token cap and the reply cuts its first
@@ -253,6 +255,7 @@ class Urgency:
     max_hold_ns: int = 1_000_000_000
     joined_ns: int = 0
     late: bool = False  # set by the engine: joined too late; the reply hurries (batch_plan)
+    heard_by_ns: int = 0  # when the caller will have heard all the reply generated so far
 
 
 @runtime_checkable

@@ -4,7 +4,10 @@ A batching engine (``engines/llama_batch.py``) asks this module, before every de
 goes into the step. The rules, in order:
 
 1. **A sequence whose gate is closed sits out.** Its reply's first clause is being spoken
-   by the TTS; the cores go to that (the gate opens by itself after ``max_hold``).
+   by the TTS; the cores go to that (the gate opens by itself after ``max_hold``). So does a
+   reply past its first phrase that is more than ``speech_lead_ns`` ahead of its caller's ear
+   (``ahead_ns``: audio queued, and text waiting for the TTS at speaking pace): its words
+   are not needed yet, and another caller's may be.
 2. **Speculative work never delays a confirmed turn.** A request made during the caller's
    pause (a held reply, ``Urgency.held``) runs only while no confirmed request is waiting
    for its prompt or still writing its first phrase.
@@ -53,13 +56,15 @@ class SeqView:
     prompt_left: int = 0  # PREFILL: tokens still to evaluate
     generated: int = 0  # DECODE: tokens sampled so far
     left_out_ns: int = 0  # how long it has been left out of the steps, in a row
+    ahead_ns: int = 0  # how long the caller will take to hear what it has generated
 
 
 @dataclass(frozen=True)
 class StepPlan:
     decode: tuple[Hashable, ...] = ()
     prefill: tuple[tuple[Hashable, int], ...] = ()  # (key, tokens this step)
-    waiting: tuple[Hashable, ...] = field(default=())  # ready but left out this step
+    waiting: tuple[Hashable, ...] = field(default=())  # left out this step
+    resting: tuple[Hashable, ...] = field(default=())  # of those: gated, or far enough ahead
 
     @property
     def tokens(self) -> int:
@@ -86,6 +91,7 @@ class BatchPolicy:
     prefill_chunk: int = 64  # most prompt tokens a step while others generate
     first_phrase_tokens: int = 12  # a reply's first phrase: about its first five words
     rest_hold_ns: int = 400_000_000  # longest a reply past its first phrase waits in a row
+    speech_lead_ns: int = 4_000_000_000  # a reply this far ahead of the caller's ear pauses
     late_after_ns: int = 600_000_000  # a confirmed request joining this late is late
     late_max_tokens: int = 30  # a late reply's token cap
 
@@ -96,9 +102,17 @@ def _in_first_phrase(seq: SeqView, policy: BatchPolicy) -> bool:
 
 def plan_step(seqs: Sequence[SeqView], policy: BatchPolicy) -> StepPlan:
     """The next step's decodes and prompt chunks (see the module docstring)."""
-    ready = [s for s in seqs if not s.gated]
+    ahead = [
+        s
+        for s in seqs
+        if policy.speech_lead_ns
+        and s.ahead_ns > policy.speech_lead_ns
+        and not _in_first_phrase(s, policy)
+    ]
+    ready = [s for s in seqs if not s.gated and s not in ahead]
     urgent_confirmed = any(not s.speculative and _in_first_phrase(s, policy) for s in ready)
-    left_out = [s.key for s in seqs if s.gated]
+    resting = tuple(s.key for s in seqs if s.gated or s in ahead)
+    left_out = list(resting)
     if urgent_confirmed:
         waits = [
             s
@@ -135,4 +149,4 @@ def plan_step(seqs: Sequence[SeqView], policy: BatchPolicy) -> StepPlan:
             continue
         prefill.append((seq.key, take))
         budget -= take
-    return StepPlan(tuple(decode), tuple(prefill), tuple(left_out))
+    return StepPlan(tuple(decode), tuple(prefill), tuple(left_out), resting)

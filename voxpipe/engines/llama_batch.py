@@ -318,7 +318,10 @@ class BatchedLlama:
         plan = plan_step([view for _, view in views.values()], self.policy)
         for key in plan.waiting:
             waiting = views[key][0]
-            waiting.left_out_since_ns = waiting.left_out_since_ns or now
+            if key in plan.resting:  # not held back by anyone: no claim to be let in
+                waiting.left_out_since_ns = 0
+            else:
+                waiting.left_out_since_ns = waiting.left_out_since_ns or now
         if plan.empty:
             return False
         entries: list[_Entry] = []
@@ -387,6 +390,7 @@ class BatchedLlama:
             len(request.prompt) - request.evaluated,
             len(request.generated),
             now_ns - request.left_out_since_ns if request.left_out_since_ns else 0,
+            max(0, urgency.heard_by_ns - now_ns),
         )
 
     def _put(self, n: int, request: _Request, tokens: Sequence[int], logits: bool) -> int:

@@ -101,6 +101,7 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
             prefill_chunk=config.llm.prefill_chunk,
             first_phrase_tokens=config.llm.first_phrase_tokens,
             rest_hold_ns=config.llm.rest_hold_ms * 1_000_000,
+            speech_lead_ns=config.llm.speech_lead_ms * 1_000_000,
             late_after_ns=config.llm.late_after_ms * 1_000_000,
             late_max_tokens=config.llm.late_max_tokens,
         ),

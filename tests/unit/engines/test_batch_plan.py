@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from voxpipe.engines.batch_plan import BatchPolicy, Phase, SeqView, plan_step
 
-POLICY = BatchPolicy(step_tokens=64, prefill_chunk=16, first_phrase_tokens=10,
+POLICY = BatchPolicy(step_tokens=64, prefill_chunk=16, first_phrase_tokens=10, speech_lead_ns=4_000_000_000,
                      rest_hold_ns=400_000_000)  # fmt: skip
 
 
@@ -102,3 +102,15 @@ def test_nothing_to_run_is_an_empty_step() -> None:
     plan = plan_step([decoding("gated", 1, gated=True)], POLICY)
     assert plan.empty
     assert plan.tokens == 0
+
+
+def test_a_reply_far_ahead_of_its_callers_ear_rests() -> None:
+    seqs = [
+        decoding("ahead", 1, generated=30, ahead_ns=5_000_000_000),  # 5 s not yet heard
+        decoding("just", 2, generated=30, ahead_ns=1_000_000_000),
+        decoding("first", 3, generated=2, ahead_ns=9_000_000_000),  # first phrase: never rests
+    ]
+    plan = plan_step(seqs, POLICY)
+    assert plan.decode == ("first",)  # "just" waits for the first phrase (rest_hold)
+    assert plan.resting == ("ahead",)
+    assert set(plan.waiting) == {"ahead", "just"}

@@ -123,6 +123,9 @@ class BatchingFake(FakeLlm):
     def observe_steps(self, observer: Any) -> None:
         pass
 
+    def share_cores(self, others_busy: Any) -> None:
+        pass
+
     def stream(self, *args: Any, urgency: Any = None, **kwargs: Any) -> Iterator[Any]:
         self.urgencies.append(urgency)
         time.sleep(0.05)  # waiting for the batch
