@@ -92,7 +92,7 @@ def test_a_cancel_stops_only_its_own_sequence(llm: LlamaLlm) -> None:
     jobs = [threading.Thread(target=_turn, args=(llm, "story", story, out, cancel, 5))]
     jobs += [threading.Thread(target=_turn, args=(llm, s, m, out)) for s, m in others.items()]
     _at_once(jobs)
-    told, usage = out["story"]  # type: ignore[misc]
+    _, usage = out["story"]  # type: ignore[misc]
     assert usage.finish_reason == "cancelled"
     assert 0 < usage.completion_tokens <= 7  # stopped at once, not at the end of its story
     for session in others:

@@ -76,6 +76,14 @@ class LlmConfig(BaseModel):
         "in one batched context (engines/llama_batch.py); a request beyond it waits in the "
         "LLM's queue. Match it to limits.max_calls.",
     )
+    first_phrase_width: int = Field(
+        1,
+        ge=0,
+        description="Embedded model: how many confirmed replies still before their first "
+        "phrase run at once, earliest first (0 = all of them in one step). Where a step's cost "
+        "grows with its sequences (2 cores: python -m bench batch), one at a time keeps the "
+        "worst wait smallest.",
+    )
     prefill_chunk: int = Field(
         64,
         ge=1,

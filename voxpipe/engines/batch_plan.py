@@ -11,13 +11,18 @@ goes into the step. The rules, in order:
 2. **Speculative work never delays a confirmed turn.** A request made during the caller's
    pause (a held reply, ``Urgency.held``) runs only while no confirmed request is waiting
    for its prompt or still writing its first phrase.
-3. **First phrases first.** While a confirmed reply has not yet written its first phrase
-   (its prompt is still going in, or it has fewer than ``first_phrase_tokens``), the
-   others' later words wait, each for at most ``rest_hold_ns`` in a row: on two cores a
-   decode step's cost grows almost in proportion to its sequences (``python -m bench
-   batch``), and a caller already hearing a reply has its buffered audio to listen to,
-   while the caller waiting for a first word hears silence. Otherwise every generating
-   sequence decodes one token in the same step (one pass over the weights for all).
+3. **First phrases first, earliest first.** While a confirmed reply has not yet written its
+   first phrase (its prompt is still going in, or it has fewer than
+   ``first_phrase_tokens``), the others' later words wait, each for at most
+   ``rest_hold_ns`` in a row: a caller already hearing a reply has its buffered audio to
+   listen to, while the caller waiting for a first word hears silence. And only the
+   ``first_phrase_width`` earliest of the first phrases run (0: all of them together).
+   Where a decode step's cost grows in proportion to its sequences, as on two cores at this
+   model size (``python -m bench batch``), sharing steps among first phrases buys no
+   throughput and makes every one of them late; serving the earliest first is what keeps
+   the latest one's wait smallest (earliest deadline first minimizes the worst lateness).
+   With nobody waiting for a first word, every generating sequence decodes one token in
+   the same step (one pass over the weights for all).
    Decodes are listed first phrase first, then by deadline, so a step budget smaller
    than the batch cuts the rest, never a caller still waiting for its first words.
 4. **Prompts are evaluated by deadline, in chunks.** The earliest confirmed prompt first,
@@ -90,6 +95,7 @@ class BatchPolicy:
     step_tokens: int = 256  # most tokens in one llama_decode (the context's n_batch)
     prefill_chunk: int = 64  # most prompt tokens a step while others generate
     first_phrase_tokens: int = 12  # a reply's first phrase: about its first five words
+    first_phrase_width: int = 1  # confirmed first phrases run together, earliest first; 0: all
     rest_hold_ns: int = 400_000_000  # longest a reply past its first phrase waits in a row
     speech_lead_ns: int = 4_000_000_000  # a reply this far ahead of the caller's ear pauses
     late_after_ns: int = 600_000_000  # a confirmed request joining this late is late
@@ -114,10 +120,16 @@ def plan_step(seqs: Sequence[SeqView], policy: BatchPolicy) -> StepPlan:
     resting = tuple(s.key for s in seqs if s.gated or s in ahead)
     left_out = list(resting)
     if urgent_confirmed:
+        first = sorted(
+            (s for s in ready if not s.speculative and _in_first_phrase(s, policy)),
+            key=lambda s: s.deadline_ns,
+        )
+        later = first[policy.first_phrase_width :] if policy.first_phrase_width > 0 else []
         waits = [
             s
             for s in ready
             if s.speculative
+            or s in later
             or (not _in_first_phrase(s, policy) and s.left_out_ns < policy.rest_hold_ns)
         ]
         left_out += [s.key for s in waits]

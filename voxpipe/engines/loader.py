@@ -100,6 +100,7 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
             step_tokens=config.llm.n_batch,
             prefill_chunk=config.llm.prefill_chunk,
             first_phrase_tokens=config.llm.first_phrase_tokens,
+            first_phrase_width=config.llm.first_phrase_width,
             rest_hold_ns=config.llm.rest_hold_ms * 1_000_000,
             speech_lead_ns=config.llm.speech_lead_ms * 1_000_000,
             late_after_ns=config.llm.late_after_ms * 1_000_000,

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from voxpipe.engines.batch_plan import BatchPolicy, Phase, SeqView, plan_step
 
-POLICY = BatchPolicy(step_tokens=64, prefill_chunk=16, first_phrase_tokens=10, speech_lead_ns=4_000_000_000,
-                     rest_hold_ns=400_000_000)  # fmt: skip
+POLICY = BatchPolicy(
+    step_tokens=64,
+    prefill_chunk=16,
+    first_phrase_tokens=10,
+    speech_lead_ns=4_000_000_000,
+    first_phrase_width=0,  # every first phrase shares the step (the width has its own test)
+    rest_hold_ns=400_000_000,
+)
 
 
 def decoding(key: str, deadline: int, generated: int = 20, **kw: object) -> SeqView:
@@ -59,7 +65,8 @@ def test_the_rest_waits_at_most_rest_hold() -> None:
 
 
 def test_a_small_budget_cuts_the_rest_not_a_first_phrase() -> None:
-    policy = BatchPolicy(step_tokens=2, prefill_chunk=1, first_phrase_tokens=10, rest_hold_ns=0)
+    policy = BatchPolicy(step_tokens=2, prefill_chunk=1, first_phrase_tokens=10, rest_hold_ns=0,
+                         first_phrase_width=0)  # fmt: skip
     seqs = [decoding("old", 1, generated=50), decoding("new1", 8, generated=1),
             decoding("new2", 9, generated=1)]  # fmt: skip
     plan = plan_step(seqs, policy)
@@ -114,3 +121,24 @@ def test_a_reply_far_ahead_of_its_callers_ear_rests() -> None:
     assert plan.decode == ("first",)  # "just" waits for the first phrase (rest_hold)
     assert plan.resting == ("ahead",)
     assert set(plan.waiting) == {"ahead", "just"}
+
+
+def test_with_a_width_of_one_the_earliest_first_phrase_runs_alone() -> None:
+    policy = BatchPolicy(step_tokens=64, prefill_chunk=16, first_phrase_tokens=10,
+                         first_phrase_width=1)  # fmt: skip
+    seqs = [
+        decoding("second", 20, generated=3),
+        prompt("third", 30, left=25),
+        decoding("first", 10, generated=5),
+        decoding("talking", 1, generated=40),
+    ]
+    plan = plan_step(seqs, policy)
+    assert plan.decode == ("first",)
+    assert plan.prefill == ()
+    assert set(plan.waiting) == {"second", "third", "talking"}
+    # once it is past its first phrase, the next one's prompt goes in whole
+    seqs[2] = decoding("first", 10, generated=12)
+    seqs[0] = decoding("second", 20, generated=12)
+    plan = plan_step(seqs, policy)
+    assert plan.prefill == (("third", 25),)
+    assert plan.decode == ()
