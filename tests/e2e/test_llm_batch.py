@@ -15,7 +15,7 @@ import pytest
 
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, Urgency
-from voxpipe.engines.batch_plan import StepRecord
+from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
 from voxpipe.engines.llama_llm import LlamaLlm
 from voxpipe.engines.loader import llm_model_path
 
@@ -29,9 +29,11 @@ STORY = ChatMessage("system", "You are a storyteller. Tell a long story of many 
 @pytest.fixture(scope="module")
 def llm() -> Iterator[LlamaLlm]:
     config = Config.load()
+    # Every first phrase shares the step (first_phrase_width 0): this is the test of the
+    # batch itself; the scheduler's choices have their own (tests/unit/engines).
     engine = LlamaLlm(
         llm_model_path(config), threads=config.llm.threads, n_ctx=2048, temperature=0.0,
-        max_tokens=40, max_sequences=4,
+        max_tokens=40, max_sequences=4, policy=BatchPolicy(first_phrase_width=0),
     )  # fmt: skip
     yield engine
     engine.batch.close()

@@ -124,3 +124,42 @@ async def test_a_voice_turn_runs_on_the_remote_engine(
     assert turn.status == "completed", turn.events
     assert turn.reply.strip() and len(turn.audio) > 0
     assert turn.metrics["llm"]["completion_tokens"] > 0, turn.metrics
+
+
+async def test_several_calls_at_once_each_have_their_own_stream_and_cancel(
+    llama_server: LlamaServer,
+) -> None:
+    """The remote engine behind the same facade as the batched one: the LLM's runner has a
+    thread per connection, each call streams on its own, and a barge-in on one call closes
+    only that call's stream."""
+    import asyncio
+    import contextlib
+
+    from voxpipe.engines.queued import QueuedLlm
+    from voxpipe.engines.runner import EngineRunner
+
+    llm = QueuedLlm(engine(llama_server, max_tokens=30), EngineRunner("llm", workers=3))
+    questions = {"paris": "What is the capital of France?", "blue": "What colour is the sky?"}
+    barged = CancelToken()
+
+    async def ask(session: str, messages: list[ChatMessage], cancel: CancelToken) -> tuple:
+        usage, parts = LlmUsage(), []
+        stream = llm.stream(session, messages, cancel, usage)
+        async with contextlib.aclosing(stream):
+            async for delta in stream:
+                parts.append(delta)
+                if cancel is barged and len(parts) == 3:
+                    cancel.cancel()
+        return "".join(str(p) for p in parts), usage
+
+    try:
+        (story, story_usage), *answers = await asyncio.gather(
+            ask("story", STORY, barged),
+            *(ask(key, [ChatMessage("user", q)], CancelToken()) for key, q in questions.items()),
+        )
+    finally:
+        llm.runner.close()
+    assert story_usage.finish_reason == "cancelled" and len(story) < 200
+    for key, (text, usage) in zip(questions, answers, strict=True):
+        assert key in text.lower(), (key, text)
+        assert usage.finish_reason in ("stop", "length")

@@ -84,6 +84,7 @@ class SttBatch:
             raise
         finished = time.monotonic_ns()
         for waiting, result in zip(batch, results, strict=True):
-            if waiting is not runner_of:
-                waiting.clock.started_ns, waiting.clock.finished_ns = started, finished
+            # Before the result: its caller reads its clock at once, before the runner's own
+            # bookkeeping after this job would have set it.
+            waiting.clock.started_ns, waiting.clock.finished_ns = started, finished
             waiting.result.set_result(result)
