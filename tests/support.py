@@ -45,6 +45,20 @@ def librivox_clips() -> list[Clip]:
 
 RunningServer = ServerProcess
 
+# Instructions the turn-taking tests give a call: a reply long enough to barge in on, or short.
+STORYTELLER = (
+    "You are a storyteller on a phone call. Whatever the caller says, answer with a long story "
+    "of at least six full sentences."
+)
+BRIEF = "You are a voice assistant. Answer every message with one short sentence."
+
+
+def normalised(text: str) -> str:
+    """Lower case, no punctuation or hyphens: what a word error rate compares."""
+    import jiwer
+
+    return str(jiwer.RemovePunctuation()(text.lower().replace("-", " "))).strip()
+
 
 def start_server(tmp: Path, env: dict[str, str] | None = None) -> ServerProcess:
     return ServerProcess.start(tmp, env=env)

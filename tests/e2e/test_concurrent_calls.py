@@ -13,21 +13,18 @@ import asyncio
 import jiwer
 import pytest
 
-from tests.support import RunningServer, librivox_clips, metrics_text
+from tests.support import (
+    BRIEF,
+    STORYTELLER,
+    RunningServer,
+    librivox_clips,
+    metrics_text,
+    normalised,
+)
 from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import NativeClient, TurnResult
 
 pytestmark = pytest.mark.e2e
-
-STORYTELLER = (
-    "You are a storyteller on a phone call. Whatever the caller says, answer with a long story "
-    "of at least six full sentences."
-)
-BRIEF = "You are a voice assistant. Answer every message with one short sentence."
-
-
-def _norm(text: str) -> str:
-    return jiwer.RemovePunctuation()(text.lower().replace("-", " ")).strip()
 
 
 async def _answered(client: NativeClient, clip_path: object) -> TurnResult:
@@ -75,7 +72,7 @@ async def test_three_calls_at_once_are_answered_each_on_its_own(server: RunningS
     assert interrupted.status == "interrupted", "the barge-in stopped the storyteller's reply"
     assert answered_after.status == "completed" and answered_after.reply.strip()
     for turn, clip in ((first, clips[2]), (second, clips[3]), (answered_after, clips[4])):
-        wer = jiwer.wer(_norm(clip.text), _norm(turn.transcript))
+        wer = jiwer.wer(normalised(clip.text), normalised(turn.transcript))
         assert wer <= 0.3, f"WER {wer:.2f}: heard {turn.transcript!r} for {clip.text!r}"
     for turn in (first, second):
         assert turn.status == "completed", "a barge-in on another call stopped this one"

@@ -9,7 +9,15 @@ import jiwer
 import numpy as np
 import pytest
 
-from tests.support import CARDS, RunningServer, history_of, librivox_clips
+from tests.support import (
+    BRIEF,
+    CARDS,
+    STORYTELLER,
+    RunningServer,
+    history_of,
+    librivox_clips,
+    normalised,
+)
 from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import (
     NativeClient,
@@ -19,16 +27,6 @@ from voxpipe.clients.native_client import (
 )
 
 pytestmark = pytest.mark.e2e
-
-STORYTELLER = (
-    "You are a storyteller on a phone call. Whatever the caller says, answer with a long story "
-    "of at least six full sentences."
-)
-BRIEF = "You are a voice assistant. Answer every message with one short sentence."
-
-
-def _norm(text: str) -> str:
-    return jiwer.RemovePunctuation()(text.lower().replace("-", " ")).strip()
 
 
 def _trimmed(path: object) -> np.ndarray:
@@ -88,7 +86,7 @@ async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: Running
     }, "the history keeps only what the caller heard"
 
     assert second.status == "completed" and second.reply.strip()
-    assert jiwer.wer(_norm(clips[4].text), _norm(second.transcript)) <= 0.25
+    assert jiwer.wer(normalised(clips[4].text), normalised(second.transcript)) <= 0.25
     llm1, llm2 = first.metrics["llm"], second.metrics["llm"]
     # The KV cache was rolled back to the heard text, not rebuilt.
     assert llm2["reused_tokens"] >= llm1["prompt_tokens"]
@@ -126,7 +124,7 @@ async def test_a_pause_mid_sentence_is_one_turn(server: RunningServer) -> None:
         turn = await client.speak(words, 16000)
         await asyncio.sleep(0.5)
     assert list(client.turns) == [1], f"split into turns: {client.turns}"
-    text = _norm(turn.transcript)
+    text = normalised(turn.transcript)
     assert ("ten" in text or "10" in text) and ("seven" in text or "7" in text), text
     assert turn.status == "completed"
     counts = turn.metrics["session_counts"]
