@@ -27,7 +27,7 @@ from typing import Any
 from voxpipe.audio.pcm import read_wav
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
-from voxpipe.engines.batch_plan import StepRecord
+from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
 
 SPEECH = Path("/usr/share/pocketsphinx/test/data")
 STORY = "You are a storyteller. Whatever you are asked, tell a long story."
@@ -40,9 +40,11 @@ def llm_figures(config: Config) -> dict[str, Any]:
     from voxpipe.engines.llama_llm import LlamaLlm
     from voxpipe.engines.loader import llm_model_path
 
+    # Every sequence in every step (first_phrase_width 0): what the batch itself can do.
     llm = LlamaLlm(
         llm_model_path(config), threads=config.llm.threads, n_ctx=2048, temperature=0.0,
         max_tokens=TOKENS, max_sequences=max(LLM_SEQUENCES), echo_run=0,
+        policy=BatchPolicy(first_phrase_width=0),
     )  # fmt: skip
     steps: list[StepRecord] = []
     llm.observe_steps(steps.append)
