@@ -328,7 +328,7 @@ class BatchedLlama:
         n = 0
         for key in plan.decode:
             request = views[key][0]
-            entries.append(_Entry(request, request.evaluated, n + 0, True))
+            entries.append(_Entry(request, request.evaluated, n, True))
             n = self._put(n, request, [request.next_token], logits=True)
         for key, count in plan.prefill:
             request = views[key][0]
