@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import history_of, librivox_clips, metric_value
 from voxpipe.audio.pcm import read_wav
-from voxpipe.clients.native_client import NativeClient, TurnResult
+from voxpipe.clients.native_client import NativeClient
 from voxpipe.server.local_cluster import LocalCluster, free_port_run
 
 pytestmark = pytest.mark.e2e
@@ -106,11 +106,6 @@ def worries(cluster: LocalCluster) -> list[str]:
     return [line for line in log if " WARNING " in line or " ERROR " in line][-20:]
 
 
-def completed(client: NativeClient, turn_id: int) -> TurnResult | None:
-    turn = client.turns.get(turn_id)
-    return turn if turn is not None and turn.complete.is_set() else None
-
-
 async def test_sessions_stay_on_one_worker_and_spread_across_workers(
     cluster: LocalCluster,
 ) -> None:
@@ -159,7 +154,7 @@ async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluste
         assert restored["resumed"] is True and restored["restored"] is True, restored
         assert away != home
         # The new worker answers the unanswered utterance again, from the resent audio.
-        three = await client.wait_for(lambda: completed(client, 3), 120)
+        three = await client.wait_for(lambda: client.completed_turn(3), 120)
         four = await client.speak(*fourth)
         history = await history_of(client)
     finally:

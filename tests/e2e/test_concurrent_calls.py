@@ -40,11 +40,7 @@ async def _barged_in(client: NativeClient, ask: object, interrupt: object) -> li
     await asyncio.sleep(1.5)
     client.say(*read_wav(interrupt))  # type: ignore[arg-type]
     await client.wait_for(lambda: first.complete.is_set(), 60)
-    second = await client.wait_for(
-        lambda: client.turns.get(2) if 2 in client.turns and client.turns[2].complete.is_set()
-        else None,
-        120,
-    )  # fmt: skip
+    second = await client.wait_for(lambda: client.completed_turn(2), 120)
     return [first, second]
 
 

@@ -329,11 +329,7 @@ async def test_reconnect_mid_call_neither_duplicates_nor_loses_turns(prod: Runni
         await asyncio.sleep(0.5)
         resumed = await client.reconnect()
         assert resumed["resumed"] is True and resumed["session_id"] == client.session_id
-        two = await client.wait_for(
-            lambda: client.turns.get(2) if 2 in client.turns and client.turns[2].complete.is_set()
-            else None,
-            90,
-        )  # fmt: skip
+        two = await client.wait_for(lambda: client.completed_turn(2), 90)
         await client.wait_playback_done()
         # Drop again while the reply to turn 3 is playing: the frames and events sent while
         # the client was away come again, once.

@@ -213,7 +213,7 @@ async def test_a_barge_in_while_the_tool_runs_lets_it_finish_once(
         await client.wait_for(lambda: executions(db)[0] > runs_before, 30)
         client.say(*spoken_over)  # about 2 s of speech, well inside the 6 s booking
         said_s = time.monotonic() - t0
-        booking = await client.wait_for(lambda: _completed(client, turn_id), ANSWER_S)
+        booking = await client.wait_for(lambda: client.completed_turn(turn_id), ANSWER_S)
         at_barge_in = executions(db)
         answer = await answer_after(client, turn_id)
         # The booking goes on past the turn it was called in; its end is told when it comes.
@@ -281,7 +281,7 @@ async def test_a_reconnect_while_the_tool_runs_neither_repeats_nor_loses_it(
         at_reconnect = executions(db)
         since = len(client.events)
         frames_before = len(client.turns[started["turn_id"]].seqs)
-        turn = await client.wait_for(lambda: _completed(client, started["turn_id"]), ANSWER_S)
+        turn = await client.wait_for(lambda: client.completed_turn(started["turn_id"]), ANSWER_S)
         history = await history_of(client)
         messages = await saved_messages(store, session_id)
     finally:
@@ -351,11 +351,6 @@ async def _failed_over(
     return restored, worker_of(client), await answer_after(client, turn_id)
 
 
-def _completed(client: NativeClient, turn_id: int) -> TurnResult | None:
-    turn = client.turns.get(turn_id)
-    return turn if turn is not None and turn.complete.is_set() else None
-
-
 async def test_a_tool_done_before_its_worker_dies_is_answered_by_the_other_worker(
     booking_cluster: tuple[LocalCluster, Path],
     store: aioredis.Redis,
@@ -372,7 +367,7 @@ async def test_a_tool_done_before_its_worker_dies_is_answered_by_the_other_worke
         await until_saved(store, session_id, lambda m: bool(results_in(m, call_id)), 60)
         os.kill(victim, signal.SIGKILL)
         killed_s = time.monotonic() - t0
-        answered_before_kill = _completed(client, turn_id) is not None
+        answered_before_kill = client.completed_turn(turn_id) is not None
         words_before_kill = "".join(
             e["delta"] for e in events_of(client, "response.text.delta") if e["turn_id"] == turn_id
         )

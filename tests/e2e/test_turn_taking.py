@@ -54,11 +54,7 @@ async def test_barge_in_stops_the_reply_and_keeps_what_was_heard(server: Running
         interrupted_at = time.monotonic_ns()
         client.say(*interrupt)
         await client.wait_for(lambda: first.complete.is_set(), 30)
-        second = await client.wait_for(
-            lambda: client.turns.get(2) if 2 in client.turns and client.turns[2].complete.is_set()
-            else None,
-            60,
-        )  # fmt: skip
+        second = await client.wait_for(lambda: client.completed_turn(2), 60)
         history = await history_of(client)
 
     assert first.status == "interrupted"

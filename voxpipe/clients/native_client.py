@@ -404,6 +404,11 @@ class NativeClient:
         await self.wait_playback_done()
         return turn
 
+    def completed_turn(self, turn_id: int) -> TurnResult | None:
+        """Turn ``turn_id`` once the server has finished it (for :meth:`wait_for`)."""
+        turn = self.turns.get(turn_id)
+        return turn if turn is not None and turn.complete.is_set() else None
+
     async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
         """Wait until ``probe()`` returns something truthy, and return it."""
         deadline = time.monotonic() + timeout_s

@@ -156,7 +156,6 @@ class BatchedLlama:
         policy: BatchPolicy,
         sampling: SamplingSettings,
         seed: int,
-        end_ids: np.ndarray,
         is_end: Callable[[int], bool],
         state_cache_bytes: int,
         turns: ComputeTurns,
@@ -166,12 +165,9 @@ class BatchedLlama:
 
         self._cpp = llama_cpp
         self._llama = llama
-        self.max_sequences = max_sequences
-        self.n_ctx = n_ctx  # per sequence
         self.policy = policy
         self.sampling = sampling
         self.seed = seed
-        self._end_ids = end_ids
         self._is_end = is_end
         self._turns = turns
         self.on_step = on_step
@@ -196,7 +192,6 @@ class BatchedLlama:
             raise EngineError("llama.cpp could not create the batched context")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        self.n_batch = n_batch
         self._n_vocab = llama.n_vocab()
         self.states = StateCache(state_cache_bytes)
         self._slots = [_Slot(i) for i in range(max_sequences)]

@@ -138,7 +138,6 @@ class LlamaLlm:
             policy=policy or BatchPolicy(step_tokens=n_batch),
             sampling=SamplingSettings(temperature=temperature, top_p=top_p),
             seed=seed,
-            end_ids=self._end_ids,
             is_end=self._is_end,
             state_cache_bytes=state_cache_bytes,
             turns=self._turns,

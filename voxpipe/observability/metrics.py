@@ -292,7 +292,7 @@ class Metrics:
         self.engine_queue.labels(engine).observe(queue_s)
         self.engine_compute.labels(engine).observe(compute_s)
 
-    def observe_batch_step(self, decode: int, prefill_tokens: int, seconds: float) -> None:
+    def observe_batch_step(self, decode: int, seconds: float) -> None:
         """One step of the batched LLM (called on its thread)."""
         if decode:
             self.batch_sequences.observe(decode)

@@ -50,11 +50,7 @@ class ServerState:
         llm = engines.llm
         if isinstance(llm, BatchingLlm):
             metrics = self.metrics
-            llm.observe_steps(
-                lambda step: metrics.observe_batch_step(
-                    step.decode, step.prefill_tokens, step.seconds
-                )
-            )
+            llm.observe_steps(lambda step: metrics.observe_batch_step(step.decode, step.seconds))
             llm_workers = llm.max_sequences
         elif self.config.llm.engine == "openai":
             llm_workers = self.config.remote_llm.max_connections
