@@ -28,7 +28,7 @@ from db import LARGEST_TABLE, NoTable, database
 from normalize import format_time, parse_date, parse_name, parse_party_size, parse_time
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from voxpipe.agent import Agent, ToolFailed, tool
+from voxpipe.agent import Agent, CallContext, ToolFailed, tool
 
 
 def _any_case(word: str) -> str:
@@ -39,11 +39,12 @@ _WEEKDAY = "|".join(_any_case(day) for day in normalize.WEEKDAYS)
 _MONTH = "|".join(_any_case(month) for month in normalize.MONTHS)
 DAY_PATTERN = (
     f"^({_any_case('today')}|{_any_case('tonight')}|{_any_case('tomorrow')}"
-    f"|([Nn]ext )?({_WEEKDAY})|([1-9]|[12][0-9]|3[01]) ({_MONTH}))$"
+    f"|([Nn]ext )?({_WEEKDAY})|([1-9]|[12][0-9]|3[01]) ({_MONTH})( [12][0-9]{{3}})?)$"
 )
 """A day as the model may write it: a word ("today", "tomorrow", "friday", "next friday")
-or a day and month ("14 march"). Not an ISO date: the model does not know today's date, and
-given the choice it writes a made-up one."""
+or a day and month ("14 march"), with the year only if the caller said one ("3 january
+1999": refused in words as past, not quietly moved to next January). Not an ISO date: the
+model does not know today's date, and given the choice it writes a made-up one."""
 TIME_PATTERN = "^([Nn]oon|(1[0-2]|[1-9])(:[0-5][0-9])? ?(pm|PM))$"
 """A time as the model may write it: noon, or an hour of the clock with "pm" ("7 pm",
 "8:15 pm"). Every table is seated from noon on, so the schema has no way to say a morning
@@ -81,6 +82,17 @@ Name = Annotated[
     Field(description="the surname the caller gave"),
     BeforeValidator(parse_name),
 ]
+Reference = Annotated[
+    str | None,
+    BeforeValidator(lambda v: "".join(ch for ch in str(v) if ch.isdigit()) or None if v else None),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "string", "pattern": "^[0-9]{4}$"}, {"type": "null"}],
+            "default": None,
+            "description": "the four-digit booking reference, only if the caller said it",
+        }
+    ),
+]
 OptionalDay = Annotated[
     str | None,
     WithJsonSchema(
@@ -101,8 +113,9 @@ the phone. Speak naturally, in one or two short sentences. Never use lists, mark
 emoji. Never repeat the caller's words back to them; answer them.
 
 Use the tools for tables and times: check_availability to see if a table is free, book_table \
-to book one (you need a name, a day, a time and the number of people; ask for what is \
-missing), cancel_booking to cancel one. You do not know the opening hours: call \
+to book one (you need the caller's name, a day, a time and the number of people; ask for \
+what is missing, never guess it), cancel_booking to cancel one. Never say a table is free, \
+booked or cancelled unless a tool said so in this turn. You do not know the opening hours: call \
 opening_hours whenever the caller asks when we open or close, without a day for the whole \
 week. Pass the day as a word: today (tonight is today), tomorrow, or the weekday. Pass the \
 time with pm: we never seat in the morning, so a bare hour is in the evening (seven is 7 pm, \
@@ -191,21 +204,51 @@ def check_availability(date: Day, time: Time, party_size: PartySize) -> dict[str
     return {**answer, "available": False, "message": _full(date, time, party_size)}
 
 
-@tool(phrase="Booking that for you.", idempotent=False, timeout_s=5, says="message")
-def book_table(name: Name, date: Day, time: Time, party_size: PartySize) -> dict[str, Any]:
+def _booking_readback(arguments: dict[str, Any]) -> str:
+    """What the caller hears before a booking is made: the booking, or why there can be
+    none (a day gone by is said now, not after the caller's yes)."""
+    date, time, party_size = arguments["date"], arguments["time"], arguments["party_size"]
+    refusal = _refusal(date, time, party_size)
+    if refusal is not None:
+        return refusal
+    name = arguments["name"]
+    return f"A table for {party_size} {_when(date, time)}, under {name}. Shall I book it?"
+
+
+def _cancel_readback(arguments: dict[str, Any]) -> str:
+    when = hours.spoken_date(arguments["date"], normalize.today())
+    return f"Shall I cancel the booking under {arguments['name']} for {when}?"
+
+
+def _spoken_reference(reference: str) -> str:
+    return " ".join(reference)
+
+
+@tool(
+    phrase="Booking that for you.",
+    idempotent=False,
+    timeout_s=5,
+    says="message",
+    confirm=_booking_readback,
+)
+def book_table(
+    name: Name, date: Day, time: Time, party_size: PartySize, caller: CallContext
+) -> dict[str, Any]:
     """Book a table under a name for a number of people on a day at a time."""
     refusal = _refusal(date, time, party_size)
     if refusal is not None:
         return {"booked": False, "message": refusal}
     try:
-        booking, existed = database().book(name, date, time, party_size)
+        booking, existed = database().book(name, date, time, party_size, caller.identity)
     except NoTable:
         return {"booked": False, "message": _full(date, time, party_size)}
     said = f"a table for {party_size} {_when(date, time)} under the name {name}"
     message = f"You already have {said}." if existed else f"Done: {said}."
+    message += f" Your reference is {_spoken_reference(booking.reference)}."
     return {
         "booked": True,
         "booking_id": booking.id,
+        "reference": booking.reference,
         "name": name,
         "date": date.isoformat(),
         "time": format_time(time),
@@ -214,13 +257,25 @@ def book_table(name: Name, date: Day, time: Time, party_size: PartySize) -> dict
     }
 
 
-@tool(phrase="Let me find that booking.", idempotent=True, timeout_s=5, says="message")
-def cancel_booking(name: Name, date: Day) -> dict[str, Any]:
-    """Cancel the booking under a name on a day."""
-    removed = database().cancel(name, date)
+@tool(
+    phrase="Let me find that booking.",
+    idempotent=True,
+    timeout_s=5,
+    says="message",
+    confirm=_cancel_readback,
+)
+def cancel_booking(
+    name: Name, date: Day, caller: CallContext, reference: Reference = None
+) -> dict[str, Any]:
+    """Cancel the booking under a name on a day (made from this phone, or with its
+    reference)."""
+    removed = database().cancel(name, date, caller.identity, reference)
     when = hours.spoken_date(date, normalize.today())
-    if not removed:
-        message = f"I cannot find a booking under {name} for {when}."
+    if not removed:  # the same words whether someone else's booking is there or not
+        message = (
+            f"I cannot find a booking under {name} for {when} made from this line. If you "
+            "have the booking reference, tell me and I will cancel it."
+        )
         return {"cancelled": 0, "message": message}
     times = " and ".join(hours.spoken_time(b.time) for b in removed)
     message = f"I have cancelled the booking under {name} for {when} at {times}."

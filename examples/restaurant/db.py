@@ -9,12 +9,19 @@ by another caller's booking of the same table.
 
 A booking holds its table for :data:`hours.SITTING`; a table is free at a time when no
 booking on that day starts less than a sitting before or after it.
+
+A booking records who made it (``made_by``: the caller's number, else the API principal,
+as the server told the tool) and gets a four-digit ``reference``. Only the same caller, or
+someone who says the reference, can cancel it; a name matches the whole name, never a part
+of it, so "Rossi" does not reach "Anna Rossi"'s booking, and a search that finds nothing
+the caller may cancel says the same whether or not someone else's booking is there.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -42,10 +49,16 @@ CREATE TABLE IF NOT EXISTS bookings (
     time TEXT NOT NULL,          -- HH:MM, 24-hour clock
     party_size INTEGER NOT NULL CHECK (party_size > 0),
     table_id INTEGER NOT NULL REFERENCES tables(id),
-    created_at TEXT NOT NULL     -- UTC, ISO 8601
+    created_at TEXT NOT NULL,    -- UTC, ISO 8601
+    made_by TEXT NOT NULL DEFAULT '',   -- tel:<number> or the principal (CallContext.identity)
+    reference TEXT NOT NULL DEFAULT ''  -- four digits, said to the caller
 );
 CREATE INDEX IF NOT EXISTS bookings_by_date ON bookings(date);
 """
+ADDED_COLUMNS = {"made_by": "TEXT NOT NULL DEFAULT ''", "reference": "TEXT NOT NULL DEFAULT ''"}
+"""Columns a book made by an earlier version lacks (its bookings: cancelled by reference
+only, and they have none, so by nobody over the phone)."""
+_FIELDS = "id, name, date, time, party_size, table_id, made_by, reference"
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,8 @@ class Booking:
     time: dt.time
     party_size: int
     table_id: int
+    made_by: str = ""
+    reference: str = ""
 
 
 class NoTable(Exception):
@@ -88,6 +103,10 @@ class Database:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript(SCHEMA)
+                have = {row[1] for row in conn.execute("PRAGMA table_info(bookings)")}
+                for column, kind in ADDED_COLUMNS.items():
+                    if column not in have:
+                        conn.execute(f"ALTER TABLE bookings ADD COLUMN {column} {kind}")
                 conn.execute("BEGIN IMMEDIATE")
                 if conn.execute("SELECT COUNT(*) FROM tables").fetchone()[0] == 0:
                     conn.executemany(
@@ -107,7 +126,7 @@ class Database:
             return _free_tables(conn, day, at, party_size)
 
     def bookings(self, day: dt.date | None = None) -> list[Booking]:
-        query = "SELECT id, name, date, time, party_size, table_id FROM bookings"
+        query = f"SELECT {_FIELDS} FROM bookings"
         with self._connect() as conn:
             if day is None:
                 rows = conn.execute(query + " ORDER BY id").fetchall()
@@ -119,17 +138,19 @@ class Database:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def book(self, name: str, day: dt.date, at: dt.time, party_size: int) -> tuple[Booking, bool]:
-        """Book the smallest free table that seats the party; ``(booking, True)`` if one
-        under that name at that time already existed (nothing new is written), NoTable if
-        none is free."""
+    def book(
+        self, name: str, day: dt.date, at: dt.time, party_size: int, made_by: str = ""
+    ) -> tuple[Booking, bool]:
+        """Book the smallest free table that seats the party for ``made_by``; ``(booking,
+        True)`` if this caller already has that booking (nothing new is written), NoTable if
+        no table is free."""
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 existing = conn.execute(
-                    "SELECT id, name, date, time, party_size, table_id FROM bookings "
-                    "WHERE lower(name) = lower(?) AND date = ? AND time = ? AND party_size = ?",
-                    (name, day.isoformat(), _hhmm(at), party_size),
+                    f"SELECT {_FIELDS} FROM bookings WHERE lower(name) = lower(?) AND date = ? "
+                    "AND time = ? AND party_size = ? AND made_by = ?",
+                    (name, day.isoformat(), _hhmm(at), party_size, made_by),
                 ).fetchone()
                 if existing is not None:
                     conn.execute("ROLLBACK")
@@ -138,29 +159,36 @@ class Database:
                 if not free:
                     raise NoTable
                 created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+                reference = f"{1000 + secrets.randbelow(9000)}"
                 cursor = conn.execute(
-                    "INSERT INTO bookings (name, date, time, party_size, table_id, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (name, day.isoformat(), _hhmm(at), party_size, free[0], created),
-                )
+                    "INSERT INTO bookings (name, date, time, party_size, table_id, created_at, "
+                    "made_by, reference) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        name, day.isoformat(), _hhmm(at), party_size, free[0], created,
+                        made_by, reference,
+                    ),
+                )  # fmt: skip
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
         assert cursor.lastrowid is not None
-        return Booking(cursor.lastrowid, name, day, at, party_size, free[0]), False
+        booking = Booking(cursor.lastrowid, name, day, at, party_size, free[0], made_by, reference)
+        return booking, False
 
-    def cancel(self, name: str, day: dt.date) -> list[Booking]:
-        """Remove the bookings under ``name`` (or a name ending in it: "Rossi" finds
-        "Anna Rossi") on ``day``; returns what was removed."""
+    def cancel(
+        self, name: str, day: dt.date, made_by: str, reference: str | None = None
+    ) -> list[Booking]:
+        """Remove the bookings under exactly ``name`` on ``day`` that ``made_by`` made, or
+        whose reference is ``reference``; returns what was removed (module docstring)."""
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 rows = conn.execute(
-                    "SELECT id, name, date, time, party_size, table_id FROM bookings "
-                    "WHERE date = ? AND (lower(name) = lower(?) OR lower(name) LIKE ?)",
-                    (day.isoformat(), name, "% " + name.lower()),
+                    f"SELECT {_FIELDS} FROM bookings WHERE date = ? AND lower(name) = lower(?) "
+                    "AND ((made_by = ? AND made_by != '') OR (reference = ? AND reference != ''))",
+                    (day.isoformat(), name, made_by, reference or ""),
                 ).fetchall()
                 conn.executemany("DELETE FROM bookings WHERE id = ?", [(r[0],) for r in rows])
                 conn.execute("COMMIT")
@@ -186,10 +214,17 @@ def _free_tables(conn: sqlite3.Connection, day: dt.date, at: dt.time, party: int
     return [table_id for (table_id,) in tables if table_id not in taken]
 
 
-def _booking(row: tuple[int, str, str, str, int, int]) -> Booking:
-    id_, name, day, time, party, table_id = row
+def _booking(row: tuple[int, str, str, str, int, int, str, str]) -> Booking:
+    id_, name, day, time, party, table_id, made_by, reference = row
     return Booking(
-        id_, name, dt.date.fromisoformat(day), dt.time.fromisoformat(time), party, table_id
+        id_,
+        name,
+        dt.date.fromisoformat(day),
+        dt.time.fromisoformat(time),
+        party,
+        table_id,
+        made_by,
+        reference,
     )
 
 

@@ -147,11 +147,15 @@ def _weekday_in(text: str) -> int | None:
 
 
 def _day_and_month(text: str, base: dt.date) -> dt.date | None:
-    """ "14 March", "March 14th", "the 14th of March", "14/3": the next such date."""
+    """ "14 March", "March 14th", "the 14th of March", "14/3": the next such date; "3
+    January 1999": that date, past or not (the booking refuses a past one in words)."""
     text = re.sub(r"\b(the|of)\b", " ", text)
     text = re.sub(r"(\d+)(st|nd|rd|th)\b", r"\1", text)
-    month = day = None
+    month = day = year = None
     for word in text.split():
+        if re.fullmatch(r"\d{4}", word) and year is None:
+            year = int(word)
+            continue
         if word[:3] in (m[:3] for m in MONTHS) and month is None:
             month = next(i + 1 for i, m in enumerate(MONTHS) if m.startswith(word[:3]))
         elif word.isdigit() and day is None:
@@ -161,6 +165,11 @@ def _day_and_month(text: str, base: dt.date) -> dt.date | None:
         day, month = int(slash[1]), int(slash[2])
     if month is None or day is None:
         return None
+    if year is not None:  # a year said is the year meant, even one gone by
+        try:
+            return dt.date(year, month, day)
+        except ValueError:
+            raise Unreadable(f"{day} {MONTHS[month - 1].title()} {year} is not a date") from None
     for year in (base.year, base.year + 1):
         try:
             candidate = dt.date(year, month, day)

@@ -8,10 +8,12 @@ functions (``@tool``, ``python_tools.py``), HTTP webhooks (``http_tools.py``) an
 servers' tools (``mcp_tools.py``). ``docs/agents.md`` is the guide.
 
 This layer knows nothing of calls, transports or the server: the conversation asks the
-toolbox to run a :class:`ToolCall` and gets a :class:`ToolResult` back.
+toolbox to run a :class:`ToolCall` for a :class:`CallContext` (who is calling, as the
+server knows it) and gets a :class:`ToolResult` back.
 """
 
 from voxpipe.agent.agent import Agent, default_agent
+from voxpipe.agent.call_context import CallContext
 from voxpipe.agent.hooks import AgentHooks, CallInfo
 from voxpipe.agent.http_tools import HttpTool, HttpToolConfig
 from voxpipe.agent.loader import AgentFile, AgentLoadError, load_agent, resolve_agent
@@ -39,6 +41,7 @@ __all__ = [
     "AgentFile",
     "AgentHooks",
     "AgentLoadError",
+    "CallContext",
     "CallInfo",
     "HttpTool",
     "HttpToolConfig",

@@ -20,6 +20,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from voxpipe.agent import schema
+from voxpipe.agent.call_context import CallContext
 from voxpipe.agent.tools import (
     DEFAULT_PHRASE,
     DEFAULT_TIMEOUT_PHRASE,
@@ -82,6 +83,12 @@ class ToolPolicyConfig(BaseModel):
         "asking the model again ('' = the model words the answer).",
     )
 
+    confirm: bool | str = Field(
+        False,
+        description="Read the call back and run it only on the caller's yes: true, or the "
+        "readback as a template over the arguments ('A table for {party_size}. Shall I?').",
+    )
+
     def policy(self) -> ToolPolicy:
         return ToolPolicy(
             self.timeout_s,
@@ -90,6 +97,7 @@ class ToolPolicyConfig(BaseModel):
             self.effect,
             self.idempotent,
             self.says,
+            self.confirm,
         )
 
 
@@ -137,14 +145,14 @@ class HttpTool(Tool):
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         return schema.validate_arguments(self.name, self.spec.parameters, arguments)
 
-    async def invoke(self, arguments: dict[str, Any]) -> ToolOutput:
+    async def invoke(self, arguments: dict[str, Any], context: CallContext) -> ToolOutput:
         config = self.config
         try:
             async with self._client.stream(
                 "POST",
                 config.url,
                 json=arguments,
-                headers=config.headers,
+                headers={**config.headers, **context.headers()},  # the server's say wins
                 timeout=config.timeout_s + 1,  # the toolbox's deadline comes first
             ) as response:
                 body = await _read_bounded(response)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, JsonValue, field_validator, model_validator
 
 from voxpipe.agent import schema
+from voxpipe.agent.call_context import CallContext
 from voxpipe.agent.http_tools import ToolPolicyConfig, expand_env, http_url
 from voxpipe.agent.tools import (
     Tool,
@@ -144,11 +145,13 @@ class McpConnection:
         except Exception:
             pass  # already reported by the holder
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], context: CallContext
+    ) -> CallToolResult:
         client = self._client
         if client is None:
             raise ToolFailed(f"MCP server {self.name} is not connected")
-        return await client.call_tool(tool, arguments)
+        return await client.call_tool(tool, arguments, meta=context.meta())  # type: ignore[arg-type]
 
     async def _hold(self, ready: asyncio.Future[None]) -> None:
         from mcp import Client
@@ -235,12 +238,12 @@ class McpTool(Tool):
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         return schema.validate_arguments(self.name, self.spec.parameters, arguments)
 
-    async def invoke(self, arguments: dict[str, Any]) -> ToolOutput:
+    async def invoke(self, arguments: dict[str, Any], context: CallContext) -> ToolOutput:
         from mcp.shared.exceptions import MCPError
         from mcp_types import TextContent
 
         try:
-            result = await self.connection.call(self.remote_name, arguments)
+            result = await self.connection.call(self.remote_name, arguments, context)
         except MCPError as exc:
             raise ToolFailed(f"MCP server {self.connection.name}: {exc.error.message}") from exc
         text: list[JsonValue] = [b.text for b in result.content if isinstance(b, TextContent)]

@@ -1,6 +1,9 @@
 """Python functions as tools: ``@tool`` reads the signature, pydantic does the rest.
 
-The function's parameters become a pydantic model (``extra="forbid"``: an argument the
+A parameter typed :class:`~voxpipe.agent.call_context.CallContext` is not an argument:
+the model never sees it, and each call fills it with who is calling (``call_context.py``).
+
+The function's other parameters become a pydantic model (``extra="forbid"``: an argument the
 model made up is an error, not silently dropped); its JSON schema is what the LLM sees, and
 the same model validates and coerces every call's arguments, so the schema shown and the
 check applied cannot drift apart. The docstring is the description; a parameter's own
@@ -24,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from voxpipe.agent import schema
+from voxpipe.agent.call_context import CallContext
 from voxpipe.agent.tools import (
     DEFAULT_PHRASE,
     DEFAULT_TIMEOUT_PHRASE,
@@ -58,11 +62,17 @@ class PythonTool(Tool):
     kind = "python"
 
     def __init__(
-        self, fn: Callable[..., Any], spec: ToolSpec, policy: ToolPolicy, model: type[BaseModel]
+        self,
+        fn: Callable[..., Any],
+        spec: ToolSpec,
+        policy: ToolPolicy,
+        model: type[BaseModel],
+        context_parameter: str | None = None,
     ) -> None:
         super().__init__(spec, policy)
         self.fn = fn
         self.model = model
+        self.context_parameter = context_parameter
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
@@ -77,7 +87,9 @@ class PythonTool(Tool):
         # The fields as parsed (a nested model stays a model), not dumped back to dicts.
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
-    async def invoke(self, arguments: dict[str, Any]) -> ToolOutput:
+    async def invoke(self, arguments: dict[str, Any], context: CallContext) -> ToolOutput:
+        if self.context_parameter is not None:
+            arguments = {**arguments, self.context_parameter: context}
         if self.is_async:
             value = await self.fn(**arguments)
         else:
@@ -99,6 +111,8 @@ def arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         raise ToolDefinitionError(f"tool {name}: its type hints do not resolve: {exc}") from exc
     fields: dict[str, Any] = {}
     for parameter in inspect.signature(fn).parameters.values():
+        if parameter.name == context_parameter(fn):
+            continue
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise ToolDefinitionError(f"tool {name}: *args and **kwargs cannot be described")
         if parameter.kind is parameter.POSITIONAL_ONLY:
@@ -111,6 +125,20 @@ def arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     except Exception as exc:  # a type pydantic cannot validate
         raise ToolDefinitionError(_untypable(name, fields, exc)) from exc
+
+
+def context_parameter(fn: Callable[..., Any]) -> str | None:
+    """The parameter of ``fn`` typed :class:`CallContext`, if it has one (two are an
+    error: which would the toolbox fill?)."""
+    try:
+        hints = get_type_hints(fn)
+    except Exception:
+        return None  # arguments_model reports it
+    named = [name for name, hint in hints.items() if hint is CallContext and name != "return"]
+    if len(named) > 1:
+        name = getattr(fn, "__name__", "tool")
+        raise ToolDefinitionError(f"tool {name}: two parameters are typed CallContext")
+    return named[0] if named else None
 
 
 def python_tool(
@@ -129,7 +157,7 @@ def python_tool(
         raise ToolDefinitionError(_untypable(fn.__name__, fields, exc)) from exc
     about = description or inspect.getdoc(fn) or ""
     spec = tool_spec(name or fn.__name__, about.strip(), parameters)
-    return PythonTool(fn, spec, policy or ToolPolicy(), model)
+    return PythonTool(fn, spec, policy or ToolPolicy(), model, context_parameter(fn))
 
 
 @overload
@@ -147,6 +175,7 @@ def tool(
     effect: ToolEffect | str = ToolEffect.MUTATING,
     idempotent: bool = False,
     says: str = "",
+    confirm: bool | str | Callable[[dict[str, Any]], str] = False,
 ) -> Callable[[Callable[..., Any]], PythonTool]: ...
 
 
@@ -162,12 +191,15 @@ def tool(
     effect: ToolEffect | str = ToolEffect.MUTATING,
     idempotent: bool = False,
     says: str = "",
+    confirm: bool | str | Callable[[dict[str, Any]], str] = False,
 ) -> PythonTool | Callable[[Callable[..., Any]], PythonTool]:
     """Make a function a tool: ``@tool`` or ``@tool(effect="read_only", phrase="...")``.
 
     Mutating and not idempotent unless it says otherwise (``tools.py`` explains why).
     """
-    policy = ToolPolicy(timeout_s, phrase, timeout_phrase, ToolEffect(effect), idempotent, says)
+    policy = ToolPolicy(
+        timeout_s, phrase, timeout_phrase, ToolEffect(effect), idempotent, says, confirm
+    )
 
     def decorate(function: Callable[..., Any]) -> PythonTool:
         return python_tool(function, name=name, description=description, policy=policy)

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+from voxpipe.agent.call_context import NO_CALL, CallContext
 from voxpipe.agent.hooks import AgentHooks
 from voxpipe.agent.tools import (
     InvalidArguments,
@@ -62,12 +63,13 @@ class Toolbox:
         """The ``tools`` list of an OpenAI chat-completions request."""
         return [tool.spec.openai() for tool in self._tools.values()]
 
-    async def run(self, call: ToolCall) -> ToolResult:
-        """Run one call under its tool's timeout; always a result (module docstring)."""
+    async def run(self, call: ToolCall, context: CallContext = NO_CALL) -> ToolResult:
+        """Run one call under its tool's timeout, for the call ``context`` names (the
+        server's, never the model's); always a result (module docstring)."""
         started = time.monotonic()
         await self._hooks.tool_started(call)
         try:
-            result = await self._run(call, started)
+            result = await self._run(call, context, started)
         except asyncio.CancelledError:
             await self._hooks.tool_ended(call, ToolResult.cancelled(call, _since(started)))
             raise
@@ -81,7 +83,7 @@ class Toolbox:
         await self._hooks.tool_ended(call, result)
         return result
 
-    async def _run(self, call: ToolCall, started: float) -> ToolResult:
+    async def _run(self, call: ToolCall, context: CallContext, started: float) -> ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self._tools) or "none"
@@ -99,7 +101,7 @@ class Toolbox:
         deadline = asyncio.timeout(tool.policy.timeout_s)
         try:
             async with deadline:
-                output = await tool.invoke(arguments)
+                output = await tool.invoke(arguments, context)
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own timeout (an HTTP read, say)
                 return ToolResult.failed(call, ToolStatus.ERROR, _describe(exc), _since(started))

@@ -14,6 +14,8 @@ The policy is what makes a tool safe on a phone line:
   when it is not double-books a table; the other mistake only costs a little wasted work.
 - ``idempotent``: running it twice does what running it once does, so a call whose worker
   died mid-execution may be retried; any other is reported as ``UNKNOWN_OUTCOME``.
+- ``confirm``: the call is read back and runs only on the caller's yes in the next turn;
+  a free-text argument the caller never said is asked for first.
 - ``phrase``, said while a tool runs past about 300 ms, and ``timeout_phrase``, said when it
   runs past ``timeout_s``: the caller never sits in silence.
 """
@@ -23,12 +25,13 @@ from __future__ import annotations
 import enum
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import JsonValue
 
+from voxpipe.agent.call_context import CallContext
 from voxpipe.engines.base import ToolSpec
 
 ToolOutput = JsonValue
@@ -107,6 +110,14 @@ class ToolPolicy:
     asked again. A small model shown a result often repeats its greeting, reads the record
     out or calls again; a sentence the tool wrote is right, and a model round sooner."""
 
+    confirm: bool | str | Callable[[dict[str, Any]], str] = False
+    """Read the call back and act only on the caller's yes in the next turn
+    (``conversation/confirmation.py``): True (every argument said in words), the readback
+    as a template over the model's arguments ("A table for {party_size} {date} at {time},
+    under {name}. Shall I book it?") or a function of the validated arguments that returns
+    it. For what cannot be undone on a misheard word: a booking, a cancellation, a
+    payment."""
+
     def says_in(self, output: object) -> str | None:
         """The sentence this tool's ``output`` says, if it has one."""
         if not self.says or not isinstance(output, dict):
@@ -140,8 +151,9 @@ class Tool(ABC):
         """The arguments as the tool takes them; raises :class:`InvalidArguments`."""
 
     @abstractmethod
-    async def invoke(self, arguments: dict[str, Any]) -> ToolOutput:
-        """Run the tool on validated arguments. An exception means the call failed."""
+    async def invoke(self, arguments: dict[str, Any], context: CallContext) -> ToolOutput:
+        """Run the tool on validated arguments, for the call ``context`` names (who is
+        calling: ``call_context.py``). An exception means the call failed."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.policy.effect}>"

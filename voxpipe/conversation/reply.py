@@ -324,8 +324,11 @@ class Reply:
                     calls: list[ToolCallRequest] = []
                     text = ""  # this request's words
                     with stages.llm(clock, used):
-                        stream = self._stream(
-                            messages, (tools, choice), clock, used, audio.llm_gate
+                        approved = self._approved(round_no, tools_round)
+                        stream = (
+                            self._stream(messages, (tools, choice), clock, used, audio.llm_gate)
+                            if approved is None
+                            else _called(approved)
                         )
                         async with contextlib.aclosing(stream):
                             async for item in stream:
@@ -355,17 +358,15 @@ class Reply:
                     if cancel.cancelled or not calls or tools_round is None:
                         break
                     outcome = await tools_round.run(calls, text.strip())
-                    if outcome is not ToolOutcome.REPEATED:  # the calls' message has the words
-                        self._words_before += len(text.split())
-                    if not outcome.asks_again:
+                    if outcome not in (ToolOutcome.REPEATED, ToolOutcome.ASK):
+                        self._words_before += len(text.split())  # the calls' message has them
+                    says = outcome.asks_again or outcome is ToolOutcome.ASK
+                    if not says:
                         break
                     if (said := tools_round.answer()) is not None and not cancel.cancelled:
-                        await stop_guard()  # the tools said the answer: no model round
-                        audio.first_words.set()
-                        self.generated += said
-                        await self._emit(ResponseTextDelta(turn_id, said))
-                        for clause in chunker.push(said):
-                            await audio.clause(clause)
+                        await say(said)  # the tools said the answer (or ask): no model round
+                        break
+                    if not outcome.asks_again:
                         break
                     self._tools_closed = outcome is not ToolOutcome.ANSWER
                     messages = self._prompt()
@@ -456,6 +457,14 @@ class Reply:
 
     @property
     def kept_text(self) -> str:
+    def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
+        """A caller's plain yes to the call read back last turn: that call is this
+        request's, with no model asked (``confirmation.py``)."""
+        ledger = self.ctx.ledger
+        if round_no or tools is None or ledger is None or self.audio is None:
+            return None
+        return ledger.approved(self.transcript)
+
         """The assistant text the caller heard (all of it unless interrupted)."""
         return (self.heard_text if self.heard_text is not None else self.generated).strip()
 
@@ -492,6 +501,8 @@ class Reply:
         if self.kept_text:
             self.ctx.recorder.message(self.turn_id, "assistant", self.kept_text, self.status)
         self.ctx.recorder.turn_finished(record)
+        if self.ctx.ledger is not None:
+            self.ctx.ledger.turn_done(self.turn_id)  # a readback is answered by one turn only
         await asyncio.to_thread(services.turn_log.write, record)
         if self.ctx.closed:
             return  # nothing is sent on a closed call, not even response.done
@@ -515,3 +526,15 @@ class Reply:
 async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:
     """Words said as they are (a greeting), in place of the LLM's."""
     yield text
+async def _called(call: ToolCallRequest) -> AsyncGenerator[LlmOutput, None]:
+    """A call the caller approved, in place of the LLM's output."""
+    yield call
+
+
+def _alone(error: BaseException) -> BaseException:
+    """The one error a task group failed with, unwrapped (it wraps even a single one)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+

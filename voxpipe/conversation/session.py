@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from voxpipe.agent.call_context import CallContext, checked_caller
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
@@ -71,11 +72,14 @@ class Session(ClientCommands):
         owner: str = "anonymous",
         record: CallRecord | None = None,
         transport: str = "unknown",
+        caller: str | None = None,
     ) -> None:
         """``owner`` is the principal that started the call; ``record`` continues a call
         another worker recorded (a restore), else a new call record is begun. The call's
-        trace span opens here (``transport`` labels it) and closes with the session."""
+        trace span opens here (``transport`` labels it) and closes with the session.
+        ``caller``: the caller's number or SIP URI, where the transport carries one."""
         self.id = session_id
+        self.caller = checked_caller(caller)
         self.record = record or CallRecord(new_call_id(), session_id, owner)
         self.recorder = CallRecorder(services.store, self.record)  # every write to the store
         self.services = services
@@ -104,6 +108,7 @@ class Session(ClientCommands):
             services.metrics,
             send_event,
             lambda: self.closed,
+            self.call_context,
         )
         self.ctx = ReplyContext(
             session_id=session_id,
@@ -147,6 +152,10 @@ class Session(ClientCommands):
     def owner(self) -> str:
         """The principal that started the call (its record says)."""
         return self.record.owner
+
+    def call_context(self) -> CallContext:
+        """Who this call is for, as its tools are told (``agent/call_context.py``)."""
+        return CallContext(self.owner, self.record.call_id, self.id, self.transport, self.caller)
 
     @property
     def transport(self) -> str:

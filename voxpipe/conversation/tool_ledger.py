@@ -32,6 +32,8 @@ from voxpipe.conversation.record import CallRecorder
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
 from voxpipe.observability.metrics import Metrics
 
+from voxpipe.agent.call_context import NO_CALL, CallContext
+from voxpipe.conversation.confirmation import Consent, PendingAction, consent_in
 log = logging.getLogger("voxpipe.tools")
 
 RESTARTED = (
@@ -53,6 +55,19 @@ RUNNING = '{"status":"running","note":"still running: its result follows when it
 class ToolRun:
     """One execution of one call, in a task of the ledger."""
 
+MAX_RESULT_CHARS = 4000
+"""A result longer than this reaches the model cut, with a note: a 200 KB record fills the
+context, and the model shown it recited its tool list instead of answering."""
+
+
+class ToolRefused(ValueError):
+    """A client's tools or tool record that would reach the server's own tools.
+    ``where``: the part at fault, relative to what the client gave (``"2.name"``: the third
+    tool's name; ``"call_id"``)."""
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.where = where
     turn_id: int
     request: ToolCallRequest
     tool: Tool | None  # None: no such tool (the toolbox answers with an error)
@@ -100,8 +115,13 @@ class ToolLedger:
         self._recorder = recorder
         self._persist = persist
         self._metrics = metrics
+        context: Callable[[], CallContext] = lambda: NO_CALL,
         self._notify = notify
+        """``context`` says who is calling, as the server knows it (``call_context.py``):
+        every server tool call gets it; the model never writes it."""
         self._closed = closed
+        self._context = context
+        self.pending: PendingAction | None = None  # a readback awaiting the caller's yes
         self._client_tools: dict[str, ToolSpec] = {}
         self.tool_choice = "auto"
         self._runs: dict[str, ToolRun] = {}  # running now, by call id
@@ -194,7 +214,7 @@ class ToolLedger:
             if run.request.error:  # arguments that are no JSON object, or cut off
                 result = ToolResult.failed(run.call, ToolStatus.ERROR, run.request.error)
             else:
-                result = await self.toolbox.run(run.call)
+                result = await self.toolbox.run(run.call, self._context())
         except asyncio.CancelledError:
             self.settle(run, ToolResult.cancelled(run.call, _since(run.started_ns)))
             raise
@@ -265,6 +285,7 @@ class ToolLedger:
         the caller barged in on) reads as running, so the model does not call it again."""
         if not self._runs:
             return messages
+        content = bounded(content)
         shown: list[ChatMessage] = []
         waiting: list[str] = []
         for message in messages:
@@ -303,6 +324,40 @@ class ToolLedger:
             )
             if again:
                 self._reruns.add(request.call_id)
+    # -- calls that wait for the caller's yes (``confirmation.py``) ----------------------
+
+    def hold(self, action: PendingAction) -> None:
+        """``action`` was read back: it runs only if the next turn says yes."""
+        self.pending = action
+
+    def approved(self, transcript: str) -> ToolCallRequest | None:
+        """The call a turn that says ``transcript`` approves (a plain yes to the readback
+        still pending), else None; it is only taken by :meth:`take_approved`."""
+        if self.pending is None or consent_in(transcript) is not Consent.YES:
+            return None
+        return self.pending.request
+
+    def caller_words(self) -> str:
+        """Everything the caller said in this call that the history still holds."""
+        return " ".join(m.content for m in self._history.turns if m.role == "user")
+
+    def take_approved(self, turn_id: int, call: ToolCallRequest) -> bool:
+        """Whether turn ``turn_id`` may run ``call`` without a readback: it is the pending
+        call, read back by an earlier turn. Taking it ends the wait."""
+        pending = self.pending
+        if pending is None or pending.turn_id >= turn_id:
+            return False
+        if pending.request.call_id != call.call_id:
+            return False
+        self.pending = None
+        return True
+
+    def turn_done(self, turn_id: int) -> None:
+        """A turn after the readback's has ended: whatever it said, the readback is no
+        longer what the caller answers (a yes two turns later is not to it)."""
+        if self.pending is not None and self.pending.turn_id < turn_id:
+            self.pending = None
+
                 started.append(self.start(turn_id, request))
             else:
                 run = ToolRun(turn_id, request, tool)
@@ -348,3 +403,15 @@ def _since(started_ns: int) -> float:
 def _left_s(run: ToolRun) -> float:
     timeout = run.tool.policy.timeout_s if run.tool is not None else 0.0
     return max(0.0, timeout - _since(run.started_ns))
+def bounded(content: str) -> str:
+    """A result as the model is shown it: cut at :data:`MAX_RESULT_CHARS`, saying so."""
+    if len(content) <= MAX_RESULT_CHARS:
+        return content
+    note = {
+        "note": f"the result was {len(content)} characters; only its start is shown. "
+        "Answer from it, or ask the caller to narrow the request",
+        "start": content[:MAX_RESULT_CHARS],
+    }
+    return json.dumps(note, ensure_ascii=False, separators=(",", ":"))
+
+

@@ -17,6 +17,10 @@ hears it, from the end of their words: a call the model began writing a second a
 gets its phrase at once, not 300 ms later (``bench tool-turns`` found callers talking into
 such phrases).
 
+A call of a tool that asks first (``ToolPolicy.confirm``) is not run when the model makes
+it: the round asks for what the caller never said, or reads the call back and ends the
+reply (ASK); the caller's yes in the next turn runs it (``confirmation.py``).
+
 A barge-in stops the round: the ledger cancels a read-only tool and lets any other run to
 its end (``tool_ledger.py``).
 """
@@ -29,7 +33,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from voxpipe.agent import Tool, ToolCall, ToolEffect, ToolResult, ToolStatus
+from voxpipe.agent import InvalidArguments, Tool, ToolCall, ToolEffect, ToolResult, ToolStatus
+from voxpipe.conversation.confirmation import (
+    PendingAction,
+    question_for,
+    readback,
+    unheard_fields,
+)
 from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
 from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
 from voxpipe.engines.base import CancelToken, ChatMessage, ToolCallDelta, ToolCallRequest
@@ -57,6 +67,7 @@ class ToolOutcome(enum.Enum):
     CONFIRM = "confirm"  # a tool changed something: the model says so, with no tools
     REPEATED = "repeated"  # it asked again for what it has: it answers, with no tools
     CLIENT = "client"  # the client runs a call: the reply ends here
+    ASK = "ask"  # a call waits for the caller: the reply says the question and ends
     STOPPED = "stopped"  # the reply was stopped (a barge-in, the call closing)
 
     @property
@@ -85,10 +96,14 @@ class ToolRound:
         self._voice = voice
         self._ledger = ledger
         self._said: list[str | None] = []  # per server call run: what its result says
+        self._asked: str | None = None  # ASK: the question or readback to say
 
     def answer(self) -> str | None:
         """The words of the results, when every call run has a result that says its
-        answer (``ToolPolicy.says``): the reply speaks them and asks the model nothing."""
+        answer (``ToolPolicy.says``): the reply speaks them and asks the model nothing.
+        After ASK, the question or readback."""
+        if self._asked is not None:
+            return self._asked
         if not self._said or None in self._said:
             return None
         return " ".join(s for s in self._said if s)
@@ -126,6 +141,9 @@ class ToolRound:
         if not await voice.confirmed():
             return ToolOutcome.STOPPED
         voice.commit_turn()
+        if (asked := self._ask_first(calls)) is not None:
+            self._asked = asked
+            return ToolOutcome.ASK
         ledger.record_calls(voice.turn_id, calls, text)
         outcome = ToolOutcome.ANSWER
         for call in calls:
@@ -151,6 +169,30 @@ class ToolRound:
             elif outcome is ToolOutcome.ANSWER and self._changed_something(call):
                 outcome = ToolOutcome.CONFIRM
         return outcome
+
+    def _ask_first(self, calls: Sequence[ToolCallRequest]) -> str | None:
+        """What to say instead of running ``calls``: a question for a value the caller
+        never gave, or the readback of a call that waits for their yes; None: run them.
+        Arguments the tool refuses are not asked about: the call runs and fails, and the
+        model reads why."""
+        ledger, turn_id = self._ledger, self._voice.turn_id
+        for call in calls:
+            tool = ledger.tool(call.name)
+            if tool is None or not tool.policy.confirm or call.error:
+                continue
+            if ledger.take_approved(turn_id, call):
+                continue
+            try:
+                valid = tool.validate(call.arguments)
+            except InvalidArguments:
+                continue
+            unheard = unheard_fields(tool, call.arguments, ledger.caller_words())
+            if unheard:
+                return question_for(unheard)
+            said = readback(tool, call.arguments, valid)
+            ledger.hold(PendingAction(turn_id, call, said))
+            return said
+        return None
 
     def _changed_something(self, call: ToolCallRequest) -> bool:
         tool = self._ledger.tool(call.name)

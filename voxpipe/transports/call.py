@@ -122,10 +122,12 @@ class Call:
         turn: TurnConfig | None = None,
         instructions: str | None = None,
         record: CallRecord | None = None,
+        caller: str | None = None,
     ) -> Session:
         """The one way a transport makes a session: the server's services, this call's
         principal as its owner, attached to this call. ``record`` continues a call another
-        worker recorded (a restore); its owner is already in it."""
+        worker recorded (a restore); its owner is already in it. ``caller``: the caller's
+        number or SIP URI, where the wire protocol carries one (tools see it)."""
         session = Session(
             session_id,
             self.services,
@@ -138,6 +140,7 @@ class Call:
             owner=self.principal.id,
             record=record,
             transport=self.transport,
+            caller=caller,
         )
         self.attach(session)
         return session

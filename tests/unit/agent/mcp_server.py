@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
@@ -29,6 +29,12 @@ def build() -> MCPServer:
     def book(name: str, party: int) -> str:
         """Book a table."""
         return f"booked {party} for {name}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def whoami(ctx: Context) -> dict[str, object]:
+        """Who the server says is calling (the request's _meta)."""
+        meta = ctx.request_context.meta or {}
+        return dict(meta.get("voxpipe/call") or {})
 
     @server.tool()
     def broken() -> str:

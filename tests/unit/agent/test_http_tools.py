@@ -13,7 +13,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from voxpipe.agent import HttpTool, HttpToolConfig, Toolbox, ToolCall, ToolEffect, ToolStatus
+from voxpipe.agent import (
+    CallContext,
+    HttpTool,
+    HttpToolConfig,
+    Toolbox,
+    ToolCall,
+    ToolEffect,
+    ToolStatus,
+)
 from voxpipe.agent.http_tools import MAX_RESPONSE_BYTES
 
 BOOKING_SCHEMA = {
@@ -28,6 +36,10 @@ async def book(request: Request) -> Response:
     if request.headers.get("authorization") != "Bearer s3cret":
         return JSONResponse({"detail": "who are you?"}, status_code=401)
     return JSONResponse({"booked": body, "id": 7})
+
+
+async def whoami(request: Request) -> Response:
+    return JSONResponse({k: v for k, v in request.headers.items() if k.startswith("x-voxpipe")})
 
 
 async def hours(request: Request) -> Response:
@@ -50,7 +62,7 @@ async def slow(request: Request) -> Response:
 APP = Starlette(
     routes=[
         Route(f"/{route.__name__}", route, methods=["POST"])
-        for route in (book, hours, empty, huge, slow)
+        for route in (book, whoami, hours, empty, huge, slow)
     ]
 )
 
@@ -87,6 +99,21 @@ async def test_a_webhook_posts_the_arguments_and_returns_the_json(
     result = await Toolbox([tool]).run(ToolCall("c1", "book", {"name": "Smith", "party": 2}))
     assert result.status is ToolStatus.OK
     assert result.output == {"booked": {"name": "Smith", "party": 2}, "id": 7}
+
+
+async def test_a_webhook_is_told_who_calls_and_a_header_of_its_own_cannot_say_otherwise(
+    client: httpx.AsyncClient,
+) -> None:
+    tool = HttpTool(webhook("whoami", headers={"X-Voxpipe-Principal": "key:forged"}), client)
+    context = CallContext("key:one", "c0ffee", "MZ1", "twilio", "+15550142")
+    result = await Toolbox([tool]).run(ToolCall("c1", "whoami", {}), context)
+    assert result.output == {
+        "x-voxpipe-principal": "key:one",
+        "x-voxpipe-call-id": "c0ffee",
+        "x-voxpipe-session-id": "MZ1",
+        "x-voxpipe-transport": "twilio",
+        "x-voxpipe-caller": "+15550142",
+    }
 
 
 async def test_a_non_2xx_response_is_an_error_with_its_status(client: httpx.AsyncClient) -> None:

@@ -17,6 +17,7 @@ import uvicorn
 from tests.unit.agent import mcp_server
 from voxpipe.agent import (
     Agent,
+    CallContext,
     McpServerConfig,
     RunningAgent,
     ToolCall,
@@ -27,7 +28,7 @@ from voxpipe.agent import (
 )
 
 SCRIPT = Path(mcp_server.__file__)
-TOOLS = ["opening_hours", "cancel_booking", "book", "broken", "slow"]
+TOOLS = ["opening_hours", "cancel_booking", "book", "whoami", "broken", "slow"]
 
 
 def free_port() -> int:
@@ -83,6 +84,9 @@ async def exercise(running: RunningAgent, prefix: str = "") -> None:
         ToolStatus.ERROR,
         {"error": "Error executing tool broken: the kitchen is on fire"},
     )
+    context = CallContext("key:one", "c0ffee", "MZ1", "twilio", "+15550142")
+    who = await toolbox.run(ToolCall("c5", prefix + "whoami", {}), context)
+    assert who.output == context.meta()["voxpipe/call"], who.output
     invalid = await toolbox.run(ToolCall("c4", prefix + "book", {"name": "Smith"}))
     assert invalid.status is ToolStatus.ERROR
     assert invalid.output == {

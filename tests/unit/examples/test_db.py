@@ -22,7 +22,10 @@ def test_created_and_seeded_on_first_use(tmp_path: Path) -> None:
         seats = [s for (s,) in conn.execute("SELECT seats FROM tables ORDER BY id")]
         columns = [c[1] for c in conn.execute("PRAGMA table_info(bookings)")]
     assert seats == list(DINING_ROOM)
-    assert columns == ["id", "name", "date", "time", "party_size", "table_id", "created_at"]
+    assert columns == [
+        "id", "name", "date", "time", "party_size", "table_id", "created_at", "made_by",
+        "reference",
+    ]  # fmt: skip
     Database(path).bookings()  # a second start seeds nothing more
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM tables").fetchone()[0] == len(DINING_ROOM)
@@ -62,15 +65,38 @@ def test_the_same_booking_twice_is_written_once(book: Path) -> None:
     assert len(database().bookings()) == 1
 
 
-def test_cancel_by_name_or_surname(book: Path) -> None:
+def test_a_cancel_needs_the_whole_name_and_the_same_caller_or_the_reference(
+    book: Path,
+) -> None:
     db = database()
-    db.book("Anna Rossi", DAY, SEVEN, 2)
-    db.book("Smith", DAY, SEVEN, 2)
-    assert db.cancel("Jones", DAY) == []
-    assert db.cancel("Rossi", DAY + dt.timedelta(days=1)) == []
-    removed = db.cancel("rossi", DAY)
+    rossi, _ = db.book("Anna Rossi", DAY, SEVEN, 2, made_by="tel:+15550001")
+    smith, _ = db.book("Smith", DAY, SEVEN, 2, made_by="key:one")
+    assert db.cancel("Jones", DAY, "key:one") == []
+    assert db.cancel("Rossi", DAY, "tel:+15550001") == []  # a part of a name is not a name
+    assert db.cancel("Smith", DAY, "key:two") == []  # another caller's booking
+    assert db.cancel("Smith", DAY, "key:two", "0000") == []  # with a wrong reference
+    assert db.cancel("Smith", DAY, "", "") == []  # nobody is not everybody
+    assert [b.name for b in db.bookings()] == ["Anna Rossi", "Smith"]
+    removed = db.cancel("anna rossi", DAY, "tel:+15550001")
     assert [b.name for b in removed] == ["Anna Rossi"]
-    assert [b.name for b in db.bookings()] == ["Smith"]
+    removed = db.cancel("smith", DAY, "key:two", smith.reference)  # the reference opens it
+    assert [b.id for b in removed] == [smith.id] and db.bookings() == []
+    assert len(rossi.reference) == 4 and rossi.reference.isdigit()
+
+
+def test_a_book_made_before_callers_were_recorded_gains_the_columns(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE bookings (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, "
+            "date TEXT NOT NULL, time TEXT NOT NULL, party_size INTEGER NOT NULL, "
+            "table_id INTEGER NOT NULL, created_at TEXT NOT NULL)"
+        )
+        conn.execute("INSERT INTO bookings VALUES (1, 'Old', '2026-03-13', '19:00', 2, 1, 'x')")
+    db = Database(path)
+    [old] = db.bookings()
+    assert (old.name, old.made_by, old.reference) == ("Old", "", "")
+    assert db.cancel("Old", DAY, "") == []  # no caller and no reference: nobody's to cancel
 
 
 def test_threads_never_double_book_a_table(book: Path) -> None:

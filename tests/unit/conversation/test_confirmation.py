@@ -1,0 +1,113 @@
+"""A tool that asks first (``confirm``), on fake engines: the call is read back, not run; a
+plain yes in the next turn runs it once, with no model in between; anything else drops
+it; a value the caller never said is asked for; and tools are told who is calling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.unit.conversation.harness import Call
+from tests.unit.conversation.tools_support import called, running
+from tests.unit.fakes import FakeLlm, FakeStt
+from voxpipe.agent import CallContext, tool
+from voxpipe.conversation.confirmation import Consent, consent_in
+
+BOOK = {"name": "Kilroy", "party_size": 2, "day": "tomorrow"}
+
+
+def booking_tool(ran: list[dict[str, Any]]) -> Any:
+    @tool(
+        says="message",
+        confirm="A table for {party_size} {day}, under {name}. Shall I book it?",
+    )
+    async def book_table(name: str, party_size: int, day: str) -> dict[str, str]:
+        """Book a table."""
+        ran.append({"name": name, "party_size": party_size, "day": day})
+        return {"message": f"Booked for {name}."}
+
+    return book_table
+
+
+async def test_a_call_is_read_back_and_runs_once_on_the_callers_yes(
+    make_call: Callable[..., Call],
+) -> None:
+    ran: list[dict[str, Any]] = []
+    llm = FakeLlm([called("book_table", **BOOK)], ["Anything else?"])
+    stt = FakeStt("book a table for two tomorrow under Kilroy", "yes please")
+    call = make_call(stt=stt, llm=llm, agent=running(booking_tool(ran)), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert ran == []  # read back, not run
+    readback = "A table for 2 tomorrow, under Kilroy. Shall I book it?"
+    assert call.done(1).text == readback  # type: ignore[union-attr]
+    assert [m.role for m in call.session.history.turns] == ["user", "assistant"]
+    await call.say()
+    await call.idle()
+    assert ran == [BOOK]  # the yes ran exactly the call read back
+    assert len(llm.calls) == 1  # the yes was not the model's to read
+    assert call.done(2).text == "Booked for Kilroy."  # type: ignore[union-attr]
+    roles = [m.role for m in call.session.history.turns]
+    assert roles == ["user", "assistant", "user", "assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("answer", ["no, make it three", "yes but at eight", "what time is it"])
+async def test_anything_but_a_plain_yes_drops_the_call(
+    make_call: Callable[..., Call], answer: str
+) -> None:
+    ran: list[dict[str, Any]] = []
+    llm = FakeLlm([called("book_table", **BOOK)], ["Of course."])
+    stt = FakeStt("book a table for two tomorrow under Kilroy", answer, "yes")
+    call = make_call(stt=stt, llm=llm, agent=running(booking_tool(ran)), deadlines={"filler": ""})
+    for _ in range(3):  # the readback, the other answer, then a yes to nothing
+        await call.say()
+        await call.idle()
+    assert ran == []
+    assert call.session.ledger.pending is None
+
+
+async def test_a_name_the_caller_never_said_is_asked_for(make_call: Callable[..., Call]) -> None:
+    """Finding 2: garbled speech went straight to a booking under the agent's own name."""
+    ran: list[dict[str, Any]] = []
+    sofia = {**BOOK, "name": "Sofia"}
+    llm = FakeLlm([called("book_table", **sofia)])
+    stt = FakeStt("we'll continue to do the next event tomorrow and the main giveaway", "yes")
+    call = make_call(stt=stt, llm=llm, agent=running(booking_tool(ran)), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert call.done(1).text == "Sorry, I didn't catch that. What name should I use?"  # type: ignore[union-attr]
+    await call.say()
+    await call.idle()
+    assert ran == []  # nothing was read back, so a yes approves nothing
+
+
+def test_only_a_plain_short_yes_is_consent() -> None:
+    for yes in ("Yes.", "yeah go ahead", "Sure, please do.", "That's right", "ok"):
+        assert consent_in(yes) is Consent.YES, yes
+    for no in ("No.", "yes but not tomorrow", "actually make it eight", "don't"):
+        assert consent_in(no) is Consent.NO, no
+    for other in ("", "what time do you close", "yes " + "and then some more words " * 2):
+        assert consent_in(other) is not Consent.YES, other
+
+
+async def test_a_tool_is_told_who_is_calling(make_call: Callable[..., Call]) -> None:
+    seen: list[CallContext] = []
+
+    @tool(effect="read_only", says="message")
+    async def whoami(caller: CallContext) -> dict[str, str]:
+        """Who is calling."""
+        seen.append(caller)
+        return {"message": "You are you."}
+
+    llm = FakeLlm([called("whoami")])
+    call = make_call(llm=llm, agent=running(whoami), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert llm.tools[0][0].parameters.get("properties") in ({}, None)  # not the model's to say
+    (context,) = seen
+    session = call.session
+    assert context == CallContext(
+        session.owner, session.record.call_id, session.id, session.transport, None
+    )

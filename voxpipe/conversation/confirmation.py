@@ -1,0 +1,141 @@
+"""Acting on a caller's yes: a tool that changes something asks first.
+
+Speech recognition mishears, and a small model fills gaps with what it has to hand (the
+agent's own name, a day nobody said). A tool whose policy says ``confirm`` is therefore not
+run when the model calls it. Instead:
+
+1. Any free-text argument the caller never said (a name absent from every word they spoke
+   in this call) is asked for, not used: "Sorry, what name should I put it under?"
+2. Otherwise the agent reads the action back ("A table for two tomorrow at 7 pm, under
+   Kilroy. Shall I book it?") and keeps it as the session's one :class:`PendingAction`.
+3. The caller's next turn decides. A plain yes runs exactly that call, with no model in
+   between; anything else (a no, a change, another question) drops it and the model hears
+   the turn as usual. A readback is never acted on later than the turn that answers it.
+
+Yes and no are read by rule (:func:`consent_in`), not by the model: "yes, but make it
+eight" is not a yes, and a rule cannot be talked into one.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from voxpipe.agent import Tool
+from voxpipe.engines.base import ToolCallRequest
+
+log = logging.getLogger("voxpipe.tools")
+
+_YES = {
+    "yes", "yeah", "yep", "yup", "ya", "yah", "sure", "correct", "right", "ok", "okay",
+    "absolutely", "definitely", "certainly", "please", "perfect", "great", "fine", "exactly",
+}  # fmt: skip
+_YES_PHRASES = ("go ahead", "do it", "book it", "that's right", "that is right", "sounds good")
+_NO = {
+    "no", "nope", "nah", "not", "don't", "dont", "cancel", "stop", "wait", "wrong",
+    "actually", "instead", "change", "but", "hold", "never",
+}  # fmt: skip
+_WORD = re.compile(r"[a-z0-9']+")
+_FREE_TEXT_KEYS = ("pattern", "enum", "const", "format")  # a value the schema narrows
+
+
+class Consent(enum.Enum):
+    YES = "yes"
+    NO = "no"
+    UNCLEAR = "unclear"
+
+
+def consent_in(transcript: str) -> Consent:
+    """Whether a turn answers a readback with a plain yes. Any word of doubt or change
+    makes it not a yes; a turn of more than eight words is a new request, not an answer."""
+    words = _WORD.findall(transcript.lower())
+    if not words:
+        return Consent.UNCLEAR
+    if any(w in _NO for w in words):
+        return Consent.NO
+    text = " ".join(words)
+    if len(words) <= 8 and (any(w in _YES for w in words) or any(p in text for p in _YES_PHRASES)):
+        return Consent.YES
+    return Consent.UNCLEAR
+
+
+@dataclass(frozen=True)
+class PendingAction:
+    """A call read back to the caller, waiting for their yes; ``turn_id``: the turn that
+    read it back (only a later turn may approve it)."""
+
+    turn_id: int
+    request: ToolCallRequest
+    readback: str
+
+
+def unheard_fields(tool: Tool, arguments: Mapping[str, Any], caller_words: str) -> list[str]:
+    """The free-text string arguments (no pattern, enum or format in the schema) whose
+    words the caller never said: only the model could have written them."""
+    heard = set(_WORD.findall(caller_words.lower()))
+    properties = tool.spec.parameters.get("properties") or {}
+    missing = []
+    for name, value in arguments.items():
+        prop = properties.get(name)
+        if not isinstance(value, str) or not isinstance(prop, dict) or not value.strip():
+            continue
+        if prop.get("type") != "string" or any(k in prop for k in _FREE_TEXT_KEYS):
+            continue
+        words = _WORD.findall(value.lower())
+        if words and not all(w in heard for w in words):
+            missing.append(name)
+    return missing
+
+
+def question_for(fields: Iterable[str]) -> str:
+    """Ask for values the caller has not given ("what name should I use?")."""
+    named = [_spoken(f) for f in fields]
+    if len(named) == 1:
+        return f"Sorry, I didn't catch that. What {named[0]} should I use?"
+    listed = ", ".join(named[:-1]) + f" and {named[-1]}"
+    return f"Sorry, I didn't catch that. What {listed} should I use?"
+
+
+def readback(tool: Tool, arguments: Mapping[str, Any], valid: Mapping[str, Any]) -> str:
+    """What the agent says before it acts: the tool's own sentence (``confirm`` as a
+    function of the validated arguments, or a template over the model's, ``{name}`` and the
+    like), else every argument in words."""
+    template = tool.policy.confirm
+    if callable(template):
+        try:
+            said = template(dict(valid))
+        except Exception:
+            log.exception("tool %s: its readback failed; the generic one is said", tool.name)
+        else:
+            if isinstance(said, str) and said.strip():
+                return said.strip()
+    elif isinstance(template, str) and template:
+        fields = {k: _value(v) for k, v in arguments.items()}
+        names = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+        return template.format_map({**dict.fromkeys(names, ""), **fields}).strip()
+    said = ", ".join(f"{_spoken(k)} {_value(v)}" for k, v in arguments.items() if v is not None)
+    action = _spoken(tool.name)
+    return (
+        f"Just to confirm: {action}, {said}. Shall I go ahead?"
+        if said
+        else (f"Just to confirm: {action}. Shall I go ahead?")
+    )
+
+
+def _spoken(name: str) -> str:
+    return name.replace("_", " ").replace("-", " ").strip()
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(_value(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{_spoken(str(k))} {_value(v)}" for k, v in value.items())
+    return str(value)
