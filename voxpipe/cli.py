@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from voxpipe.config import Config
+from voxpipe.observability.printable import escape
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -180,18 +181,19 @@ def cmd_call(args: argparse.Namespace) -> int:
         async with NativeClient(args.url) as client:
             await client.connect()
             turn = await client.speak(audio, rate, timeout_s=args.timeout)
-        print(f"you said:  {turn.transcript}")
-        print(f"agent:     {turn.reply}")
-        print(f"status:    {turn.status}")
+        # What a server sends is printed escaped: the server may not be ours.
+        print(f"you said:  {escape(turn.transcript)}")
+        print(f"agent:     {escape(turn.reply)}")
+        print(f"status:    {escape(turn.status)}")
         stages = turn.metrics.get("stages_ms", {})
         if turn.voice_to_voice_ms is not None:
             print(f"voice-to-voice (client): {turn.voice_to_voice_ms:.0f} ms")
         for stage, ms in stages.items():
-            print(f"  {stage:<18}{ms:>9.1f} ms")
+            print(f"  {escape(stage):<18}{ms:>9.1f} ms")
         for name, ms in turn.metrics.get("compute_ms", {}).items():
-            print(f"  compute {name:<10}{ms:>9.1f} ms")
+            print(f"  compute {escape(name):<10}{ms:>9.1f} ms")
         for part, ms in turn.metrics.get("split_ms", {}).items():  # docs/observability.md
-            print(f"  split {part:<12}" + ("        –" if ms is None else f"{ms:>9.1f} ms"))
+            print(f"  split {escape(part):<12}" + ("        –" if ms is None else f"{ms:>9.1f} ms"))
         llm = turn.metrics.get("llm", {})
         if llm:
             print(
@@ -203,7 +205,10 @@ def cmd_call(args: argparse.Namespace) -> int:
             seconds = len(turn.audio) / 2 / client.output_rate
             print(f"saved {seconds:.2f} s of reply audio to {args.out}")
         for error in client.errors:
-            print(f"error: {error['code']}: {error['message']}", file=sys.stderr)
+            print(
+                f"error: {escape(str(error['code']))}: {escape(str(error['message']))}",
+                file=sys.stderr,
+            )
         return 0 if turn.status == "completed" else 1
 
     return asyncio.run(run())
@@ -242,10 +247,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     try:
         lines = asyncio.run(run())
-    except ToolDefinitionError as exc:
-        print(f"voxpipe: {exc}", file=sys.stderr)
+    except ToolDefinitionError as exc:  # an MCP server's definitions are not ours
+        print(f"voxpipe: {escape(str(exc))}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    print("\n".join(escape(line) for line in lines))  # an MCP server's names, descriptions
     return 0
 
 
@@ -296,8 +301,8 @@ def cmd_calls(args: argparse.Namespace) -> int:
             if c["end_reason"] == "crashed":
                 duration = "crashed"
             print(
-                f"{c['call_id']:16} {c['session_id']:34} {started:20} {duration:>9} "
-                f"{c['turns']:>5}  {c['end_reason'] or ''}"
+                f"{escape(c['call_id']):16} {escape(c['session_id']):34} {started:20} "
+                f"{duration:>9} {c['turns']:>5}  {escape(c['end_reason'] or '')}"
             )
         return 0
     call = show_call(args.session_id)
@@ -308,21 +313,22 @@ def cmd_calls(args: argparse.Namespace) -> int:
         print(json.dumps(call, indent=2))
         return 0
     latency = {t["turn_id"]: t for t in call["turns"]}
-    ended = call["end_reason"] or "live"
+    ended = escape(call["end_reason"] or "live")
     if ended == "crashed":
         found = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(call["ended_at"]))
         ended = f"crashed (found {found} UTC; its owner may resume it)"
     print(
-        f"call {call['call_id']}  session {call['session_id']}  owner {call['owner']}  "
-        f"ended: {ended}"
+        f"call {escape(call['call_id'])}  session {escape(call['session_id'])}  "
+        f"owner {escape(call['owner'])}  ended: {ended}"
     )
     for m in call["messages"]:
         turn = latency.get(m["turn_id"], {})
         extra = ""
         if m["role"] == "assistant":
             v2v = turn.get("voice_to_voice_ms")
-            extra = f"   [{m['status']}, v2v {v2v:.0f} ms]" if v2v else f"   [{m['status']}]"
-        print(f"  {m['turn_id']:>3} {m['role']:>9}: {m['text']}{extra}")
+            status = escape(str(m["status"]))
+            extra = f"   [{status}, v2v {v2v:.0f} ms]" if v2v else f"   [{status}]"
+        print(f"  {m['turn_id']:>3} {escape(m['role']):>9}: {escape(m['text'])}{extra}")
     return 0
 
 

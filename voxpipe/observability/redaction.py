@@ -1,4 +1,4 @@
-"""Secrets never reach a log line.
+"""Secrets never reach a log line, and a client's text never reaches the terminal raw.
 
 Credentials travel where a log is likely to copy them: in the query string
 (``?api_key=`` for Twilio's proxy, ``?token=`` for the browser), which uvicorn
@@ -9,6 +9,12 @@ handlers rewrites each record before it is written: the value of any parameter
 whose name says it is a credential, anything shaped like one, and the
 configured secrets themselves are replaced by ``[redacted]``. The rest of the
 line (path, client, status) stays, so a request can still be traced.
+
+The same filter escapes what the code did not write: every argument of a record (a path,
+an id, a provider's message; uvicorn decodes ``%0a`` and ``%1b`` in a path) is written with
+its control and format characters escaped (``observability/printable.py``), so a client
+cannot forge a log line or send the operator's terminal an escape code. The format string
+is the code's own and is left as it is; a traceback keeps its newlines.
 
 :func:`install` attaches the filter to every handler configured at the time;
 ``voxpipe serve`` calls it after uvicorn has set up its own handlers, in the
@@ -21,6 +27,8 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from voxpipe.observability.printable import escape
 
 REDACTED = "[redacted]"
 _DONE = re.escape(REDACTED)  # so that redacting twice changes nothing
@@ -99,9 +107,9 @@ class RedactSecrets(logging.Filter):
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
+            record.exc_text = escape(self.redact(record.exc_text), lines=True)
         if record.stack_info:
-            record.stack_info = self.redact(record.stack_info)
+            record.stack_info = escape(self.redact(record.stack_info), lines=True)
         return True
 
     def _redact_message(self, record: logging.LogRecord) -> None:
@@ -119,7 +127,7 @@ class RedactSecrets(logging.Filter):
         if isinstance(value, (int, float)) or value is None:
             return value  # keeps %d and %.1f working
         text = value if isinstance(value, str) else str(value)
-        redacted = self.redact(text)
+        redacted = escape(self.redact(text))
         return value if redacted == text else redacted
 
 

@@ -19,20 +19,23 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from voxpipe.config import AuthConfig
 from voxpipe.conversation.principal import ANONYMOUS, Principal
+from voxpipe.observability.printable import PrintableId, check_id
 from voxpipe.server.token_replay import MemoryReplayGuard, ReplayGuard, ReplayUnavailable
 
 TOKEN_PREFIX = "vxt1."
 OPENAI_KEY_SUBPROTOCOL = "openai-insecure-api-key."
+QUERY_PARAMS = ("api_key", "token")  # the query parameters a credential may come in
 TransportName = Literal["native", "realtime", "twilio", "webrtc"]  # each transport's ``name``
 TRANSPORTS: tuple[str, ...] = get_args(TransportName)
 SUBJECT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
@@ -48,9 +51,11 @@ class TokenRequestError(ValueError):
 
 
 class TokenRequest(BaseModel):
-    """The body of ``POST /v1/tokens``: every field narrows the token, none widens it."""
+    """The body of ``POST /v1/tokens``: every field narrows the token, none widens it.
+    Strict JSON types: a backend that sends ``"60"`` or ``"yes"`` has a bug worth hearing
+    about, not a guess at what it meant."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     subject: str | None = Field(
         None,
@@ -61,9 +66,7 @@ class TokenRequest(BaseModel):
     transports: list[TransportName] | None = Field(
         None, min_length=1, max_length=len(TRANSPORTS), description="Transports it may open."
     )
-    session_id: str | None = Field(
-        None, min_length=1, max_length=128, description="The one session id it may open."
-    )
+    session_id: PrintableId | None = Field(None, description="The one session id it may open.")
     single_use: bool = Field(False, description="Open one connection only; a replay is refused.")
     ttl_s: int | None = Field(
         None, ge=1, description="Lifetime in seconds, at most auth.token_ttl_s (its default)."
@@ -77,28 +80,68 @@ class IssuedToken:
     expires_in: int
 
 
+class MultiMapping(Protocol):
+    """Headers or a query string, every value of a repeated name (Starlette's both)."""
+
+    def getlist(self, key: str) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Presented:
+    where: str  # as a refusal names it: "the Authorization header", "?api_key="
+    secret: str
+
+
 @dataclass(frozen=True)
 class Credentials:
-    """Everything a connection can carry a secret in."""
+    """Every secret a connection presented, each with where it came from. A connection may
+    carry several (a header and a query parameter, a parameter twice, two key
+    subprotocols); each one must hold, and all must name the same caller, so a wrong
+    credential is never outvoted by a right one beside it."""
 
-    bearer: str | None = None
-    query: str | None = None
-    subprotocol_key: str | None = None
+    presented: tuple[Presented, ...] = ()
 
     @classmethod
     def of(
-        cls, headers: Mapping[str, str], query: Mapping[str, str], subprotocols: Iterable[str]
+        cls,
+        headers: MultiMapping | Mapping[str, str],
+        query: MultiMapping | Mapping[str, str],
+        subprotocols: Iterable[str],
     ) -> Credentials:
-        bearer = None
-        header = headers.get("authorization", "")
-        if header.lower().startswith("bearer "):
-            bearer = header[7:].strip()
+        found: list[Presented] = []
+        for header in _every(headers, "authorization"):
+            scheme, _, value = header.strip().partition(" ")
+            if scheme.lower() == "bearer":  # another scheme (a proxy's Basic) is not ours
+                found.append(Presented("the Authorization header", value.strip()))
+        for name in QUERY_PARAMS:
+            found += [Presented(f"?{name}=", value) for value in _every(query, name)]
         prefix = OPENAI_KEY_SUBPROTOCOL
-        sub = next((p[len(prefix) :] for p in subprotocols if p.startswith(prefix)), None)
-        return cls(bearer, query.get("api_key") or query.get("token"), sub)
+        found += [
+            Presented(f"the {prefix}<key> subprotocol", p[len(prefix) :])
+            for p in subprotocols
+            if p.startswith(prefix)
+        ]
+        return cls(tuple(found))
 
-    def secrets(self) -> list[str]:
-        return [s for s in (self.bearer, self.query, self.subprotocol_key) if s]
+    @classmethod
+    def bearer(cls, secret: str) -> Credentials:
+        """Credentials of one ``Authorization: Bearer`` secret."""
+        return cls((Presented("the Authorization header", secret),))
+
+    @classmethod
+    def query(cls, secret: str) -> Credentials:
+        """Credentials of one ``?token=`` (or ``?api_key=``) secret."""
+        return cls((Presented("?token=", secret),))
+
+
+def _every(values: MultiMapping | Mapping[str, str], name: str) -> list[str]:
+    """Every value of ``name``: a repeated header or parameter is not read once (the first,
+    or the last, as ``get`` would), since the one not read could be the wrong one."""
+    getlist = getattr(values, "getlist", None)
+    if getlist is not None:
+        return list(getlist(name))
+    assert isinstance(values, Mapping)
+    return [values[name]] if name in values else []
 
 
 class Authenticator:
@@ -138,23 +181,48 @@ class Authenticator:
         return principal
 
     def check(self, credentials: Credentials) -> Principal:
-        """Who the credentials name; raises :class:`AuthError`. A single-use token is not
+        """Who the credentials name; raises :class:`AuthError`. Every credential presented
+        is checked, and all must name the same principal (scope included): a wrong one
+        anywhere refuses the connection, whatever else is right. A single-use token is not
         spent here: connections go through :meth:`admit`."""
         if not self.enabled:
             return ANONYMOUS
-        secrets_ = credentials.secrets()
-        if not secrets_:
+        if not credentials.presented:
             raise AuthError(
                 "missing credentials: send Authorization: Bearer <key or token>, ?token=, "
                 "or the openai-insecure-api-key.<key> subprotocol"
             )
-        for secret in secrets_:
-            if secret.startswith(TOKEN_PREFIX):
+        principals = [self._check_one(p) for p in credentials.presented]
+        if any(p != principals[0] for p in principals[1:]):
+            places = ", ".join(p.where for p in credentials.presented)
+            raise AuthError(
+                f"the credentials name different callers or scopes ({places}); send one"
+            )
+        return principals[0]
+
+    def _check_one(self, credential: Presented) -> Principal:
+        secret, where = credential.secret, credential.where
+        if not secret:
+            raise AuthError(f"empty credential in {where}")
+        if secret.startswith(TOKEN_PREFIX):
+            try:
                 return self._check_token(secret)
-            key_id = self._key_id(secret)
-            if key_id is not None:
-                return Principal(key_id)
-        raise AuthError("invalid API key")
+            except AuthError as exc:
+                raise AuthError(f"{exc} (in {where})") from None
+        key_id = self._key_id(secret)
+        if key_id is None:
+            raise AuthError(f"invalid API key (in {where})")
+        return Principal(key_id)
+
+    def check_issuer(self, credentials: Credentials) -> str:
+        """The ``key:<name>`` of the API key that asks for a token: every credential presented
+        is that one key (a token mints no token)."""
+        if not credentials.presented:
+            raise AuthError("missing credentials: send Authorization: Bearer <API key>")
+        issuers = {self.check_key(p.secret) for p in credentials.presented}
+        if len(issuers) > 1:
+            raise AuthError("the Authorization headers name different keys; send one")
+        return issuers.pop()
 
     def check_key(self, key: str) -> str:
         """An API key only (token minting must not accept a token): the key's ``key:<name>``."""
@@ -227,6 +295,10 @@ def _principal(claims: dict[str, Any]) -> Principal:
         raise ValueError("iss")
     if not all(v is None or isinstance(v, str) for v in (subject, session_id, jti)):
         raise ValueError("sub, sid, jti")
+    if subject is not None and re.fullmatch(SUBJECT_PATTERN, subject) is None:
+        raise ValueError("sub")  # an older version's token, minted before these rules
+    if session_id is not None:
+        check_id(session_id)
     if transports is not None and not (
         isinstance(transports, list) and all(isinstance(t, str) for t in transports)
     ):

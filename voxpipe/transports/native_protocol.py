@@ -30,6 +30,7 @@ from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session
 from voxpipe.observability.client_labels import UNKNOWN
 from voxpipe.observability.latency_split import ClientTiming
+from voxpipe.observability.printable import PrintableId
 from voxpipe.transports.base import Undecodable, decode_json, describe_error
 from voxpipe.transports.call import Rates
 
@@ -61,7 +62,7 @@ class SessionStart(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["session.start"]
-    session_id: str | None = Field(None, min_length=1, max_length=128)
+    session_id: PrintableId | None = None
     input_sample_rate: int | None = None
     output_sample_rate: int | None = None
     instructions: str | None = Field(None, max_length=8000)

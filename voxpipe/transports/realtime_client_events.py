@@ -10,15 +10,18 @@ but does not act on are listed in ``docs/openai-realtime.md``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from voxpipe.engines.base import TOOL_NAME
+from voxpipe.observability.printable import check_id
 from voxpipe.transports.realtime_wire import Dialect
 
 MAX_INSTRUCTIONS = 8000  # characters, as the native protocol's session.start
 MAX_TOOL_DESCRIPTION = 4000  # characters: it goes into every prompt
+# An item id a client chooses: the one id rule (observability/printable.py), bounded tighter.
+ItemId = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(check_id)]
 
 
 class _Strict(BaseModel):
@@ -170,7 +173,7 @@ class ContentIn(_Strict):
 
 
 class ItemIn(_Strict):
-    id: str | None = Field(None, min_length=1, max_length=64)
+    id: ItemId | None = None
     type: Literal["message", "function_call", "function_call_output"] = "message"
     object: Literal["realtime.item"] | None = None
     status: Literal["completed", "incomplete", "in_progress"] | None = None

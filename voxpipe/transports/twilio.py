@@ -30,9 +30,9 @@ import logging
 import re
 import time
 from collections import deque
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
@@ -47,6 +47,7 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.session import Session
+from voxpipe.observability.printable import PrintableId
 from voxpipe.transports.base import (
     Undecodable,
     call_send_buffer,
@@ -68,22 +69,11 @@ LOGGED_BAD_MESSAGES = 10  # per call; later ones are only counted
 MAX_INSTRUCTIONS = 8000
 
 _DIGITS = r"^[0-9]{1,20}$"
-MAX_ID_CHARS = 128  # a stream id becomes the session id, which is bounded the same way
 # Twilio's ids are a two-letter prefix and 32 hex digits; compatible providers send other
-# shapes (SignalWire: UUIDs), so any bounded, printable id is taken, and its shape logged.
+# shapes (SignalWire: UUIDs), so any id a client may choose is taken (PrintableId: a stream
+# id becomes the session id), and its shape logged.
 _TWILIO_SID = re.compile(r"^(MZ|CA|AC)[0-9a-fA-F]{32}$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
-
-
-def _stream_id(value: str) -> str:
-    if not 0 < len(value) <= MAX_ID_CHARS:
-        raise ValueError(f"an id is 1 to {MAX_ID_CHARS} characters; got {len(value)}")
-    if not value.isprintable() or any(c.isspace() for c in value):
-        raise ValueError("an id is printable characters without spaces")
-    return value
-
-
-StreamId = Annotated[str, AfterValidator(_stream_id)]
 
 
 class _Message(BaseModel):
@@ -105,9 +95,9 @@ class MediaFormat(_Message):
 
 
 class StartInfo(_Message):
-    streamSid: StreamId
-    accountSid: StreamId
-    callSid: StreamId
+    streamSid: PrintableId
+    accountSid: PrintableId
+    callSid: PrintableId
     tracks: list[Literal["inbound", "outbound"]] = Field(min_length=1, max_length=2)
     customParameters: dict[str, str] = Field(default_factory=dict)
     mediaFormat: MediaFormat
@@ -125,7 +115,7 @@ class StartInfo(_Message):
 
 class _StreamMessage(_Message):
     sequenceNumber: str = Field(pattern=_DIGITS)
-    streamSid: StreamId
+    streamSid: PrintableId
 
 
 class Start(_StreamMessage):
@@ -165,8 +155,8 @@ class Dtmf(_StreamMessage):
 
 
 class StopInfo(_Message):
-    accountSid: StreamId
-    callSid: StreamId
+    accountSid: PrintableId
+    callSid: PrintableId
 
 
 class Stop(_StreamMessage):

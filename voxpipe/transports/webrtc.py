@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.saved_state import new_session_id
+from voxpipe.observability.printable import PrintableId
 from voxpipe.transports.call import Call, CallEnd, Rates, SessionSinks
 from voxpipe.transports.native_protocol import (
     ClientEvents,
@@ -63,7 +64,7 @@ class WebRTCOffer(BaseModel):
 
     sdp: str = Field(min_length=1, max_length=MAX_OFFER_SDP)
     type: Literal["offer"]
-    session_id: str | None = Field(None, min_length=1, max_length=128)
+    session_id: PrintableId | None = None
     instructions: str | None = Field(None, max_length=8000)
     turn: TurnOptions | None = None
 

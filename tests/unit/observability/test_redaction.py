@@ -145,3 +145,24 @@ def test_install_covers_uvicorn_handlers(uvicorn_logging: io.StringIO) -> None:
     text = uvicorn_logging.getvalue()
     assert KEY not in text and TOKEN not in text, text
     assert "/v1/voice?api_key=[redacted]" in text and "/?token=[redacted]" in text, text
+
+
+def test_a_client_s_string_in_an_argument_stays_on_its_line_and_out_of_the_terminal(
+    uvicorn_logging: io.StringIO,
+) -> None:
+    """A path, an id or a message a client chose (uvicorn decodes ``%1b`` and ``%0a`` in a
+    path) is written escaped: no forged line, no escape code reaches the operator's terminal
+    (issue 29, finding 7). The format string's own text is the code's and stays as it is."""
+    install([KEY])
+    hostile = "/v1/voice\x1b[2J\nINFO forged line\r\u202e"
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", hostile, "1.1", 404
+    )
+    logging.getLogger("uvicorn.error").warning("call %s: %s", "c1", ValueError(hostile))
+    lines = uvicorn_logging.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert not any(c in "".join(lines) for c in "\x1b\r\u202e"), lines
+    assert '"GET /v1/voice\\x1b[2J\\nINFO forged line\\r\\u202e HTTP/1.1" 404' in lines[0], lines
+    assert lines[1].endswith("call c1: /v1/voice\\x1b[2J\\nINFO forged line\\r\\u202e"), lines[1]
+    numbered = record("turn %d took %.1f ms", 3, 2950.0)
+    assert RedactSecrets().filter(numbered) and numbered.args == (3, 2950.0)

@@ -45,7 +45,7 @@ def auth(keys: Any = None, secret: str | None = SECRET, **more: Any) -> Authenti
 
 
 def bearer(secret: str) -> Credentials:
-    return Credentials(bearer=secret)
+    return Credentials.bearer(secret)
 
 
 def mint(a: Authenticator, issuer: str = "key:web", **request: Any) -> str:
@@ -139,7 +139,7 @@ def test_a_token_carries_its_scope() -> None:
         "key:web",
         TokenRequest(transports=["webrtc", "native"], session_id="call-1", single_use=True),
     )
-    principal = a.check(Credentials(query=issued.token))
+    principal = a.check(Credentials.query(issued.token))
     assert principal.transports == frozenset({"native", "webrtc"})
     assert principal.session_id == "call-1" and principal.may_open("call-1")
     assert not principal.may_open("call-2")
@@ -176,7 +176,7 @@ def test_transport_names_are_the_transports_own() -> None:
 
 async def test_a_token_opens_only_its_transports() -> None:
     a = auth()
-    token = Credentials(query=mint(a, transports=["native"]))
+    token = Credentials.query(mint(a, transports=["native"]))
     assert (await a.admit(token, "native")).id == "key:web"
     for other in ("twilio", "realtime", "webrtc"):
         with pytest.raises(AuthError, match=f"does not open {other} .it allows: native"):
@@ -185,13 +185,13 @@ async def test_a_token_opens_only_its_transports() -> None:
 
 async def test_a_single_use_token_opens_one_connection() -> None:
     a = auth()
-    token = Credentials(query=mint(a, single_use=True, transports=["native"]))
+    token = Credentials.query(mint(a, single_use=True, transports=["native"]))
     with pytest.raises(AuthError, match="does not open twilio"):
         await a.admit(token, "twilio")  # refused for its scope: not spent
     await a.admit(token, "native")
     with pytest.raises(AuthError, match="already used"):
         await a.admit(token, "native")
-    reusable = Credentials(query=mint(a))
+    reusable = Credentials.query(mint(a))
     for _ in range(3):
         await a.admit(reusable, "native")
 
@@ -214,7 +214,7 @@ async def test_with_redis_a_replay_to_another_worker_is_refused(redis_url: str) 
     worker1 = Authenticator(AuthConfig(api_keys=["k-web"], token_secret=SECRET), one)
     worker2 = Authenticator(AuthConfig(api_keys=["k-web"], token_secret=SECRET), two)
     try:
-        token = Credentials(query=mint(worker1, worker1.check_key("k-web"), single_use=True))
+        token = Credentials.query(mint(worker1, worker1.check_key("k-web"), single_use=True))
         await worker1.admit(token, "native")
         with pytest.raises(AuthError, match="already used"):
             await worker2.admit(token, "native")
@@ -231,10 +231,10 @@ async def test_with_redis_down_a_single_use_token_is_refused_not_let_through() -
     store = StoreConfig(backend="redis", redis_url=f"redis://127.0.0.1:{free_port()}/0")
     a = Authenticator(AuthConfig(api_keys=["k-web"], token_secret=SECRET), RedisReplayGuard(store))
     try:
-        token = Credentials(query=mint(a, a.check_key("k-web"), single_use=True))
+        token = Credentials.query(mint(a, a.check_key("k-web"), single_use=True))
         with pytest.raises(AuthError, match="cannot check the single-use token"):
             await a.admit(token, "native")
-        await a.admit(Credentials(query=mint(a, a.check_key("k-web"))), "native")
+        await a.admit(Credentials.query(mint(a, a.check_key("k-web"))), "native")
     finally:
         await a.aclose()
 
@@ -347,6 +347,30 @@ def test_a_bad_token_request_gets_a_typed_error(content: bytes, status: int, cod
     assert refused.status_code == status, refused.text
     assert refused.json()["type"] == "error" and refused.json()["code"] == code
     assert refused.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ttl_s", "60"),
+        ("ttl_s", 60.0),
+        ("ttl_s", True),
+        ("single_use", "yes"),
+        ("single_use", 1),
+        ("subject", 42),
+        ("session_id", 7),
+        ("transports", "native"),
+    ],
+)
+def test_a_token_request_field_of_the_wrong_json_type_is_refused_by_name(
+    field: str, value: Any
+) -> None:
+    """Strict types: "60" is not 60 and "yes" is not true (issue 29, 8c)."""
+    with app() as client:
+        refused = post_token(client, json={field: value})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "invalid_event"
+    assert refused.json()["message"].startswith(f"token request: {field}"), refused.json()
 
 
 def test_minting_needs_a_key_and_a_secret() -> None:
