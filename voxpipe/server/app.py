@@ -204,8 +204,10 @@ def create_app(
             return error_response(
                 ErrorCode.TOKENS_DISABLED, "authentication is off: no API keys, no tokens", 404
             )
-        try:  # the key in Authorization only, never a query string
-            issuer = state.auth.check_issuer(Credentials.of(request.headers, {}, []))
+        try:
+            issuer = state.auth.check_issuer(
+                Credentials.of(request.headers, request.query_params, [])
+            )
         except AuthError as exc:
             return error_response(ErrorCode.UNAUTHORIZED, str(exc), 401)
         if not state.auth.tokens_enabled:

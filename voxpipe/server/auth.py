@@ -36,6 +36,7 @@ from voxpipe.server.token_replay import MemoryReplayGuard, ReplayGuard, ReplayUn
 TOKEN_PREFIX = "vxt1."
 OPENAI_KEY_SUBPROTOCOL = "openai-insecure-api-key."
 QUERY_PARAMS = ("api_key", "token")  # the query parameters a credential may come in
+HEADER = "the Authorization header"  # where a Bearer credential was found, as refusals say
 TransportName = Literal["native", "realtime", "twilio", "webrtc"]  # each transport's ``name``
 TRANSPORTS: tuple[str, ...] = get_args(TransportName)
 SUBJECT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
@@ -112,7 +113,7 @@ class Credentials:
         for header in _every(headers, "authorization"):
             scheme, _, value = header.strip().partition(" ")
             if scheme.lower() == "bearer":  # another scheme (a proxy's Basic) is not ours
-                found.append(Presented("the Authorization header", value.strip()))
+                found.append(Presented(HEADER, value.strip()))
         for name in QUERY_PARAMS:
             found += [Presented(f"?{name}=", value) for value in _every(query, name)]
         prefix = OPENAI_KEY_SUBPROTOCOL
@@ -126,7 +127,7 @@ class Credentials:
     @classmethod
     def bearer(cls, secret: str) -> Credentials:
         """Credentials of one ``Authorization: Bearer`` secret."""
-        return cls((Presented("the Authorization header", secret),))
+        return cls((Presented(HEADER, secret),))
 
     @classmethod
     def query(cls, secret: str) -> Credentials:
@@ -216,9 +217,16 @@ class Authenticator:
 
     def check_issuer(self, credentials: Credentials) -> str:
         """The ``key:<name>`` of the API key that asks for a token: every credential presented
-        is that one key (a token mints no token)."""
+        is that one key, in the Authorization header (a token mints no token; a credential
+        in the query string is refused, not ignored, so a wrong one is never outvoted)."""
         if not credentials.presented:
             raise AuthError("missing credentials: send Authorization: Bearer <API key>")
+        elsewhere = [p.where for p in credentials.presented if p.where != HEADER]
+        if elsewhere:
+            raise AuthError(
+                f"a token is minted with Authorization: Bearer <API key> only; found a "
+                f"credential in {', '.join(elsewhere)}"
+            )
         issuers = {self.check_key(p.secret) for p in credentials.presented}
         if len(issuers) > 1:
             raise AuthError("the Authorization headers name different keys; send one")

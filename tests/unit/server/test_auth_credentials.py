@@ -210,3 +210,5 @@ def test_a_wrong_credential_beside_a_right_one_is_refused_at_every_door() -> Non
             headers=[("Authorization", "Bearer k-web"), ("Authorization", "Bearer nope")],
         )
         assert minted.status_code == 401 and minted.json()["code"] == "unauthorized", minted.text
+        minted = client.post("/v1/tokens?api_key=nope", headers={"Authorization": "Bearer k-web"})
+        assert minted.status_code == 401 and "found a credential in ?api_key=" in minted.text
