@@ -216,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tool_eval = sub.add_parser(
         "tool-eval",
-        help="spoken requests to the restaurant agent: tool selection precision and recall, "
-        "exact arguments, and how often a reply echoes the caller",
+        help="spoken requests to seven agents (tuning and held out): tool selection precision "
+        "and recall, exact arguments, no-tool accuracy, invented facts, echoes",
     )
     where = tool_eval.add_mutually_exclusive_group()
     where.add_argument(
@@ -225,9 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--server", metavar="URL", help="a live server's native endpoint (ws://…)")
     tool_eval.add_argument(
+        "--agents",
+        default="all",
+        help="whose requests: all, tuning, held-out, or names separated by commas "
+        "(bench/tool_eval/agents/)",
+    )
+    tool_eval.add_argument(
         "--agent",
-        default="examples/restaurant/agent.py:agent",
-        help="engines mode: what `voxpipe serve --agent` takes, or 'plain' (the default assistant)",
+        help="engines mode: ask every request of this agent instead of each one's own "
+        "(what `voxpipe serve --agent` takes, or 'plain', the default assistant); the read "
+        "sentences go to it (default: the restaurant)",
     )
     tool_eval.add_argument(
         "--set", choices=("all", "requests", "read"), default="all", help="which utterances"
@@ -241,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="engines mode: the caller speaks first (by default the agent's greeting comes "
         "first, as in a call)",
     )
-    tool_eval.add_argument("--limit", type=int, help="at most this many of each set")
+    tool_eval.add_argument(
+        "--limit", type=int, help="at most this many requests per agent, and read sentences"
+    )
     tool_eval.add_argument("--config", type=Path)
     tool_eval.add_argument(
         "--audio-dir", type=Path, default=Path("var/tool-eval-audio"), help="the voiced cache"

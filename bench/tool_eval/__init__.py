@@ -1,12 +1,17 @@
-"""``python -m bench tool-eval``: does the agent call the right tool, with the right
-arguments, when a caller asks aloud, and does it answer rather than repeat the caller?
+"""``python -m bench tool-eval``: does an agent call the right tool, with the right
+arguments, when a caller asks aloud; does it answer without one when none is needed; does it
+make up what only a tool knows; and does it answer rather than repeat the caller?
 
-- ``requests.yaml``: what callers say to Luigi's (``examples/restaurant``), a quarter of it
-  needing no tool, with the tool and arguments each request should produce; and read
-  sentences, for the echo rate.
-- ``dataset.py`` reads it; ``voices.py`` voices it (Piper, a few in espeak-ng) into a cache.
-- ``engines_mode.py`` runs it through the engines alone (STT, then the LLM with the tools);
+- ``agents/``: seven agents of different trades (Luigi's, ``examples/restaurant``, and six
+  written for the evaluation), each a data file of spoken requests with the tool and
+  arguments each should produce, and a module of tools; half of the new ones are held out
+  (never tuned on, their per-request results never printed). ``read.yaml``: read sentences,
+  for the echo rate.
+- ``dataset.py`` reads them; ``voices.py`` voices them (Piper, some in espeak-ng, some
+  through a Twilio phone line) into a cache.
+- ``engines_mode.py`` runs them through the engines alone (STT, then the LLM with the tools);
   ``server_mode.py`` through a live server over the native protocol.
-- ``scoring.py`` scores tool selection and arguments; ``echo.py`` defines an echo.
-- ``runner.py`` is the command: it runs, prints a table and writes the JSON.
+- ``scoring.py`` scores tool selection and arguments per agent and per half; ``echo.py``
+  defines an echo; ``invented.py`` an invented fact.
+- ``runner.py`` is the command: it runs, prints the tables and writes the JSON.
 """

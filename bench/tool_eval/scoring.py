@@ -12,22 +12,36 @@ nothing.
 normalisers (``examples/restaurant/normalize.py``, with the run's today, so "tonight" and
 the date of the run are the same answer, and "7pm" is "19:00") and with unset (``None``)
 values dropped, equal the expected ones. It is given over all tool requests and over those
-that chose the right tool.
+that chose the right tool. The other agents' tools have no normalisers of their own: their
+arguments are compared after the tool's own validation (its schema's types and defaults, so
+a left-out argument equals its default) and :func:`plain_value` (case, punctuation, a
+leading "the", spaces between digits, and a clock time with am/pm written as "15:00" are
+all the same answer); a ``free_text`` argument matches when it is set.
+
+**Invented facts** (``invented.py``): the replies of turns that called no tool which state
+a fact one of the agent's tools owns.
+
+**Per agent and per half**: :func:`summary` gives each agent's precision, recall, exact
+arguments, no-tool accuracy and invented facts against :data:`TARGETS`, and the mean of
+each figure over the tuning agents and over the held-out ones (each agent weighs the same).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.tool_eval.dataset import Utterance
+from bench.tool_eval.dataset import EvalAgent, Utterance
 from bench.tool_eval.echo import echo_rate, is_echo
+from bench.tool_eval.invented import FactChecker
 from bench.tool_eval.outcome import Outcome
+from voxpipe.agent import Agent, InvalidArguments
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "restaurant"
 Normalizer = Callable[[str, Mapping[str, Any]], dict[str, Any]]
@@ -43,6 +57,52 @@ def restaurant_normalizer(on: dt.date | None = None) -> Normalizer:
         return out
 
     return normalize
+
+
+_CLOCK = re.compile(r"^(1[0-2]|0?[1-9])(?::([0-5]\d))? ?([ap])\.? ?m\.?$")
+
+
+def plain_value(value: Any) -> Any:
+    """A string argument as it is compared: lower case, words only, no leading article,
+    digits run together ("4 8 1 5" is "4815"), "3 pm" and "3:00 PM" as "15:00"."""
+    if not isinstance(value, str):
+        return value
+    text = " ".join(value.lower().split())
+    if text == "noon":
+        return "12:00"
+    clock = _CLOCK.match(text)
+    if clock:
+        hour = int(clock[1]) % 12 + (12 if clock[3] == "p" else 0)
+        return f"{hour:02d}:{clock[2] or '00'}"
+    text = " ".join(re.findall(r"[a-z0-9:]+", text.replace("'", "")))
+    text = re.sub(r"(?<=\d) (?=\d)", "", text)
+    return re.sub(r"^(?:the|a|an) ", "", text)
+
+
+def tool_normalizer(agent: Agent, free_text: frozenset[str] = frozenset()) -> Normalizer:
+    """Arguments as the agent's own tool reads them (module docstring); a call its tool
+    refuses keeps its raw arguments and an ``_invalid`` mark, so it matches nothing."""
+    tools = {t.name: t for t in agent.python_tools}
+
+    def normalize(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        tool = tools.get(name)
+        try:
+            read = tool.validate(arguments) if tool is not None else dict(arguments)
+        except InvalidArguments:
+            return {"_invalid": True, **arguments}
+        return {
+            key: (bool(value) if key in free_text else plain_value(value))
+            for key, value in read.items()
+        }
+
+    return normalize
+
+
+def normalizer_for(eval_agent: EvalAgent, agent: Agent) -> Normalizer:
+    """Luigi's has its tools' own normalisers; every other agent the generic one."""
+    if eval_agent.name == "restaurant":
+        return restaurant_normalizer()
+    return tool_normalizer(agent, eval_agent.free_text)
 
 
 def _load(path: Path, name: str) -> ModuleType:
@@ -106,8 +166,18 @@ def _share(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
+def invented_facts(outcome: Outcome, facts: FactChecker | None) -> list[str] | None:
+    """The owned facts a reply states unaided, as "fact: text"; None when not checked (a
+    tool was called, no answer came, or the agent lists no owned facts)."""
+    if facts is None or outcome.calls or outcome.error is not None:
+        return None
+    return [f"{i.fact}: {i.text}" for i in facts.find(outcome.reply, outcome.heard)]
+
+
 def score_requests(
-    pairs: Sequence[tuple[Utterance, Outcome]], normalize: Normalizer
+    pairs: Sequence[tuple[Utterance, Outcome]],
+    normalize: Normalizer,
+    facts: FactChecker | None = None,
 ) -> dict[str, Any]:
     """Every figure of the requests (module docstring); ``rows`` has one per request."""
     per_tool: dict[str, Counts] = {}
@@ -115,6 +185,7 @@ def score_requests(
     for utterance, outcome in pairs:
         for name, counts in selection(utterance, outcome).items():
             per_tool[name] = per_tool.get(name, Counts()) + counts
+        invented = invented_facts(outcome, facts)
         rows.append(
             {
                 "id": utterance.id,
@@ -125,8 +196,10 @@ def score_requests(
                 else not outcome.calls,
                 "exact_arguments": same_arguments(utterance, outcome, normalize),
                 "echo": is_echo(outcome.heard or utterance.text, outcome.reply),
+                "invented": invented,
             }
         )
+    checked = [r["invented"] for r in rows if r["invented"] is not None]
     overall = sum(per_tool.values(), Counts())
     tool_rows = [r for r in rows if r["expected"]]
     right = [r for r in tool_rows if r["right_tool"]]
@@ -153,9 +226,62 @@ def score_requests(
             "measured": all_measured,
             "rate": _share(all_echoes, all_measured),
         },
+        "invented_facts": {
+            "replies": sum(bool(found) for found in checked),
+            "checked": len(checked),
+            "rate": _share(sum(bool(found) for found in checked), len(checked)),
+        },
         "errors": sum(o.error is not None for _, o in pairs),
         "rows": rows,
     }
+
+
+TARGETS: Mapping[str, float] = {"precision": 0.95, "recall": 0.90, "no_tool_accuracy": 0.95}
+"""Issue 25's targets, met by every agent or not met."""
+
+FIGURES = ("precision", "recall", "exact_arguments", "no_tool_accuracy", "invented_rate")
+
+
+def agent_row(scores: Mapping[str, Any]) -> dict[str, Any]:
+    """One agent's headline figures, and the targets it misses."""
+    row = {
+        "requests": scores["requests"],
+        "precision": scores["overall"]["precision"],
+        "recall": scores["overall"]["recall"],
+        "exact_arguments": scores["exact_arguments"],
+        "no_tool_accuracy": scores["no_tool_accuracy"],
+        "invented": scores["invented_facts"]["replies"],
+        "invented_checked": scores["invented_facts"]["checked"],
+        "invented_rate": scores["invented_facts"]["rate"],
+        "errors": scores["errors"],
+    }
+    # no false positive at all leaves precision undefined: that meets the target
+    row["missed_targets"] = [
+        name
+        for name, target in TARGETS.items()
+        if (row[name] is not None and row[name] < target)
+        or (name == "recall" and row[name] is None and scores["tool_requests"])
+    ]
+    return row
+
+
+def summary(agents: Sequence[tuple[EvalAgent, Mapping[str, Any]]]) -> dict[str, Any]:
+    """Per agent rows, and each half's means (module docstring)."""
+    rows = {a.name: {"held_out": a.held_out, **agent_row(s)} for a, s in agents}
+    halves: dict[str, Any] = {}
+    for half, held_out in (("tuning", False), ("held_out", True)):
+        members = [r for r in rows.values() if r["held_out"] is held_out]
+        if not members:
+            continue
+        mean: dict[str, Any] = {"agents": len(members)}
+        for figure in FIGURES:
+            values = [r[figure] for r in members if r[figure] is not None]
+            mean[figure] = sum(values) / len(values) if values else None
+        mean["invented"] = sum(r["invented"] for r in members)
+        mean["invented_checked"] = sum(r["invented_checked"] for r in members)
+        mean["agents_meeting_targets"] = sum(not r["missed_targets"] for r in members)
+        halves[half] = mean
+    return {"agents": rows, "halves": halves}
 
 
 def score_echo(pairs: Sequence[tuple[Utterance, Outcome]]) -> dict[str, Any]:

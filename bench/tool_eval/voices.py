@@ -5,6 +5,11 @@ from a careful caller), a few by espeak-ng in other accents, for variety; the Li
 sentences are real recordings. A voiced file is named after its text and voice, so editing
 a sentence voices it again, and the cache (``var/tool-eval-audio`` by default, not
 committed) can be deleted at any time.
+
+A request on the ``twilio`` channel is heard as a Twilio call's caller is: the voiced
+speech down to 8 kHz, through μ-law and back (``voxpipe/audio/g711.py``, what the Twilio
+transport decodes), and up to 16 kHz again for STT. The cache keeps the clean speech; the
+phone line is applied on reading.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.tool_eval.dataset import PIPER, Utterance
+from bench.tool_eval.dataset import PIPER, TWILIO, Utterance
+from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, write_wav
 from voxpipe.audio.resample import resample
 from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 DEFAULT_CACHE = Path("var/tool-eval-audio")
 LEAD_SILENCE_S = 0.2
 ESPEAK_WORDS_PER_MINUTE = 150
+TWILIO_RATE = 8000  # Twilio Media Streams: μ-law, 8 kHz, mono
 
 
 class Voices:
@@ -54,7 +61,9 @@ class Voices:
         if not path.is_file():
             self._voice(utterance, path)
         audio, rate = read_wav(path)
-        return audio if rate == STT_SAMPLE_RATE else resample(audio, rate, STT_SAMPLE_RATE)
+        if rate != STT_SAMPLE_RATE:
+            audio = resample(audio, rate, STT_SAMPLE_RATE)
+        return phone_line(audio) if utterance.channel == TWILIO else audio
 
     def prepare(self, utterances: Iterable[Utterance]) -> int:
         """Voice whatever is not cached yet; returns how many were made."""
@@ -104,3 +113,10 @@ def espeak_audio(text: str, voice: str) -> np.ndarray:
         )
         audio, rate = read_wav(out)
     return resample(audio, rate, STT_SAMPLE_RATE)
+
+
+def phone_line(audio: np.ndarray) -> np.ndarray:
+    """16 kHz speech as a Twilio call carries it: 8 kHz μ-law, decoded and back at 16 kHz."""
+    narrow = resample(audio, STT_SAMPLE_RATE, TWILIO_RATE)
+    wire = ulaw_encode(float_to_pcm16(narrow))
+    return resample(pcm16_to_float(ulaw_decode(wire)), TWILIO_RATE, STT_SAMPLE_RATE)
