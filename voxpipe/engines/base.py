@@ -371,3 +371,8 @@ class Engines:
 
 class EngineError(RuntimeError):
     """An engine failed in a way the caller should be told about."""
+
+
+class PromptTooLong(EngineError):
+    """The prompt's fixed part (instructions and tools) fills the context by itself: no
+    turn can be answered until it is smaller. The caller's to fix, not a bug."""

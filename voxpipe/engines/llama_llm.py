@@ -12,13 +12,18 @@ two of the batch's steps: its router and grammar need the logits to themselves. 
 call holds the context at a time; when another takes it, the previous owner's KV sequence
 is saved to a byte-bounded LRU and restored when it speaks again.
 
-Prompts use ChatML (Qwen's format). Template markers are tokenized as special
-tokens; message text never is, so a caller cannot inject ``<|im_start|>``.
+Prompts are the GGUF's own chat template, rendered as llama-cpp-python renders it
+(``llama_template.py``): template text is tokenized with special tokens parsed, message text
+never is, so a caller cannot inject ``<|im_start|>``. A model with no template (a base
+model) is refused at load with a :class:`ChatTemplateError` naming its file.
 
-With tools, the prompt and the calls follow Qwen's tool template (``qwen_tools.py``).
+With tools, the prompt and the calls follow the model's family (``tool_family.py``:
+Qwen's ``<tool_call>``, Llama 3's JSON, or a generic JSON call), chosen from the GGUF's
+metadata or ``llm.tool_family``; a model of no family refuses tools with a
+:class:`ToolsUnsupportedError`.
 Whether to call is decided on the first token, from the probability the model gives to a
-call-like start (``<tool_call>``, or the ``{``/fenced JSON this small model prefers):
-at or above ``tool_threshold`` the engine writes ``<tool_call>`` itself and the rest is
+call-like start (the family's opening token, or the ``{``/fenced JSON small models prefer):
+at or above ``tool_threshold`` the engine writes the call's opening itself and the rest is
 sampled under the tools' grammar; below it those starts are masked and the answer
 streams exactly as a plain one does. So a reply is either text or one valid call, and
 a plain answer pays no grammar.
@@ -42,21 +47,26 @@ from voxpipe.engines.base import (
     EngineError,
     LlmOutput,
     LlmUsage,
+    PromptTooLong,
     ToolSpec,
     Urgency,
 )
 from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
 from voxpipe.engines.llama_batch import BatchedLlama, ComputeTurns
 from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
-from voxpipe.engines.llama_tools import LlamaToolCalls
-from voxpipe.engines.qwen_tools import (
-    MarkupFilter,
-    call_body,
-    system_with_tools,
-    tool_response,
-)
+from voxpipe.engines.llama_template import ChatTemplate, Segment, model_template
+from voxpipe.engines.llama_tools import LlamaToolCalls, choose_family, single_token
+from voxpipe.engines.qwen_tools import MarkupFilter
 from voxpipe.engines.reply_rules import DEFAULT_ECHO_RUN, ReplyRules
 from voxpipe.engines.token_sampler import SamplingSettings
+from voxpipe.engines.tool_family import (
+    ToolFamily,
+    ToolsUnsupportedError,
+    native_chat,
+)
+
+# Segment texts tokenized, kept to spare re-tokenizing a call's history every turn.
+_TOKENS_KEPT = 4096
 
 # A caller's sentence of typical length (about 25 tokens), for the warm-up.
 WARMUP_SENTENCE = (
@@ -88,6 +98,8 @@ class LlamaLlm:
         tool_router_floor: float = 0.01,
         max_sequences: int = 4,
         policy: BatchPolicy | None = None,
+        chat_template: Path | None = None,
+        tool_family: str = "auto",
     ) -> None:
         from llama_cpp import Llama
 
@@ -118,12 +130,16 @@ class LlamaLlm:
         # The cores: the batch's steps, or a tool request on this context for its length.
         self._turns = ComputeTurns()
         self._state_lock = threading.Lock()  # states and owner: short critical sections only
-        self._im_start = self._special("<|im_start|>")
-        self._im_end = self._special("<|im_end|>")
-        self._newline = self._llm.tokenize(b"\n", add_bos=False, special=False)
-        self._header = [*self._im_start, *self._llm.tokenize(b"assistant\n", add_bos=False)]
+        self.template = self._template(model_path, chat_template)
+        self._tokens: dict[tuple[str, bool], list[int]] = {}
+        self.family: ToolFamily | None = choose_family(
+            self.template.source,
+            str(self._llm.metadata.get("general.architecture", "")),
+            lambda text: single_token(self._llm, text) is not None,
+            tool_family,
+        )
         self._tools = LlamaToolCalls(
-            self._llm, tool_threshold, tool_temperature, top_p, max_tool_tokens
+            self._llm, self.family, tool_threshold, tool_temperature, top_p, max_tool_tokens
         )
         self._end_ids = np.array(
             [t for t in range(self._llm.n_vocab()) if self._is_end(t)], dtype=np.intc
@@ -143,48 +159,82 @@ class LlamaLlm:
             turns=self._turns,
         )
 
+    def _template(self, model_path: Path, override: Path | None) -> ChatTemplate:
+        model = self._llm._model
+
+        def text(token: int) -> str:
+            return model.token_get_text(token) if token >= 0 else ""
+
+        self._bos = self._llm.token_bos()
+        self._add_bos = bool(self._llm_cpp.llama_vocab_get_add_bos(model.vocab))
+        return model_template(
+            self._llm.metadata, text(self._bos), text(self._llm.token_eos()), model_path, override
+        )
+
     def _is_end(self, token: int) -> bool:
         return bool(self._llm_cpp.llama_vocab_is_eog(self._llm._model.vocab, token))
 
     # -- prompt -------------------------------------------------------------
 
-    def _special(self, text: str) -> list[int]:
-        return self._llm.tokenize(text.encode(), add_bos=False, special=True)
-
     def _text(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode(), add_bos=False, special=False)
 
-    def _message_tokens(self, message: ChatMessage) -> list[int]:
-        if message.tool_calls:  # as the template writes an assistant turn that called
-            content = f"\n{message.content}" if message.content else ""
-            body = self._text(f"assistant{content}")
-            for call in message.tool_calls:
-                body += [*self._newline, self._tools.call_open, *self._text(call_body(call))]
-                body.append(self._tools.call_close)
-        else:
-            body = self._text(f"{message.role}\n{message.content}")
-        return [*self._im_start, *body, *self._im_end, *self._newline]
+    def _segments_tokens(self, segments: Sequence[Segment]) -> list[int]:
+        """Template text with special tokens parsed; message text as plain words."""
+        out: list[int] = []
+        for segment in segments:
+            key = (segment.text, segment.literal)
+            tokens = self._tokens.get(key)
+            if tokens is None:
+                tokens = self._llm.tokenize(
+                    segment.text.encode(), add_bos=False, special=not segment.literal
+                )
+                if len(self._tokens) >= _TOKENS_KEPT:
+                    self._tokens.clear()
+                self._tokens[key] = tokens
+            out += tokens
+        return out
 
-    def _results_tokens(self, results: Sequence[ChatMessage]) -> list[int]:
-        """Consecutive tool results: one user turn, as the template writes them."""
-        body = self._text("user" + "".join(tool_response(m.content) for m in results))
-        return [*self._im_start, *body, *self._im_end, *self._newline]
+    def _refuse_tools(self) -> None:
+        if self.family is None:
+            raise ToolsUnsupportedError(
+                f"{self.model_path.name} cannot call tools (llm.tool_family is none). Fix: "
+                "give the agent no tools, or set llm.tool_family to auto or json."
+            )
 
-    def _pieces(self, messages: Sequence[ChatMessage]) -> list[list[int]]:
-        """One token list per turn (a run of tool results is one turn), oldest first."""
-        pieces: list[list[int]] = []
-        results: list[ChatMessage] = []
-        for message in messages:
-            if message.role == "tool":
-                results.append(message)
-                continue
-            if results:
-                pieces.append(self._results_tokens(results))
-                results = []
-            pieces.append(self._message_tokens(message))
-        if results:
-            pieces.append(self._results_tokens(results))
-        return pieces
+    def _render(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> tuple[list[int], list[list[int]], list[int]]:
+        """The instructions' tokens, one token list per later turn (a run of tool results
+        is one turn), and the generation prompt's tokens, from the model's template."""
+        if tools:
+            self._refuse_tools()
+        convert = self.family.chat if tools and self.family else native_chat
+        chat, template_tools = convert(messages, tools, self.template.supports_tools)
+        n_system = 0
+        while n_system < len(chat) and chat[n_system]["role"] == "system":
+            n_system += 1
+        turns = [n_system] if n_system else []
+        turns += [
+            i for i in range(n_system + 1, len(chat))
+            if not (chat[i]["role"] == "tool" and chat[i - 1]["role"] == "tool")
+        ]  # fmt: skip
+        if len(chat) > n_system:
+            turns.append(len(chat))
+        pieces, generation = self.template.turn_texts(chat, turns, template_tools)
+        head: list[int] = []
+        rest: list[list[int]] = []
+        for end, segments in pieces:
+            tokens = self._segments_tokens(segments)
+            if end <= n_system:
+                head += tokens
+            else:
+                rest.append(tokens)
+        if self._add_bos and self._bos >= 0:
+            first = head or (rest[0] if rest else [])
+            if first[:1] != [self._bos]:
+                head = [self._bos, *head]
+        return head, rest, self._segments_tokens(generation)
 
     def prompt_tokens(
         self,
@@ -193,28 +243,30 @@ class LlamaLlm:
         tools: Sequence[ToolSpec] = (),
         usage: LlmUsage | None = None,
     ) -> tuple[list[int], int]:
-        """ChatML tokens for ``messages`` plus the assistant header; drops the oldest turns
-        (never the system prompt) when the prompt and a full reply would overflow the context.
-        Returns the tokens and the number of messages dropped. ``tools`` go in the first
-        system message, as Qwen's template puts them. ``usage`` gets the system part's
-        length (the summarizer's threshold leaves it out)."""
-        header = self._header if add_header else []
+        """The prompt's tokens in the model's chat template, the generation prompt last
+        (``add_header``); drops the oldest turns (never the system prompt) when the prompt
+        and a full reply would overflow the context. Returns the tokens and the number of
+        turns dropped. ``tools`` go where the model's family puts them. ``usage`` gets the
+        instructions' length (the summarizer's threshold leaves it out)."""
         system = [m for m in messages if m.role == "system"]
         rest = [m for m in messages if m.role != "system"]
-        if tools:
-            first = system[0].content if system else None
-            system = [ChatMessage("system", system_with_tools(first, tools)), *system[1:]]
-        head = [t for m in system for t in self._message_tokens(m)]
+        dropped = 0
+        while True:
+            head, pieces, header = self._render([*system, *rest], tools)
+            if not add_header:
+                header = []
+            budget = self.n_ctx - self.max_tokens - len(head) - len(header)
+            if sum(map(len, pieces)) <= budget:
+                break
+            if not rest:
+                raise PromptTooLong(
+                    f"the instructions and tools take {len(head)} tokens: with a reply's "
+                    f"{self.max_tokens} they do not fit in the context window of {self.n_ctx}"
+                )
+            rest = _without_first_turn(rest)
+            dropped += 1
         if usage is not None:
             usage.instruction_tokens = len(head)
-        pieces = self._pieces(rest)
-        budget = self.n_ctx - self.max_tokens - len(head) - len(header)
-        dropped = 0
-        while pieces and sum(map(len, pieces)) > budget:
-            pieces.pop(0)
-            dropped += 1
-        if sum(map(len, pieces)) > budget:
-            raise EngineError("the system prompt alone does not fit in the context window")
         return [*head, *(t for p in pieces for t in p), *header], dropped
 
     # -- per-session KV state -----------------------------------------------
@@ -463,6 +515,7 @@ class LlamaLlm:
         tools: tuple[ToolSpec, ...],
         tool_choice: str = "auto",
     ) -> Iterator[LlmOutput]:
+        self._refuse_tools()
         with self._turns.exclusive():
             usage.state_restored = self._take_context(session_id)
             tokens, dropped = self.prompt_tokens(messages, tools=tools, usage=usage)
@@ -496,7 +549,7 @@ class LlamaLlm:
                 yield from self._tools.generate_call(tokens, named, cancel, usage)
                 return
             self._tools.mask_call_starts()
-            markup = MarkupFilter()
+            markup = MarkupFilter(self.family.markup if self.family else ())
             caller = self._caller_words(messages)
             for text in self._generate_text(tokens, cancel, usage, caller, self._tools.call_open):
                 if text := markup.push(text):
@@ -619,3 +672,12 @@ class LlamaLlm:
         reply("__warmup__", second)  # restores it, then prefills only the new turn
         self.forget("__warmup_other__")
         self.forget("__warmup__")
+
+
+def _without_first_turn(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """``messages`` (no system ones) without their first turn: a message, or a run of
+    tool results."""
+    end = 1
+    while end < len(messages) and messages[0].role == messages[end].role == "tool":
+        end += 1
+    return messages[end:]

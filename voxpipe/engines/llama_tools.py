@@ -2,8 +2,9 @@
 
 The decision is made on the reply's first token, from the logits llama.cpp holds after the
 prompt: the probability of a call-like start (:meth:`LlamaToolCalls.call_probability`). A
-call is then written as Qwen's template writes one (``qwen_tools.py``): ``<tool_call>`` and
-the fixed start of the JSON are put in by us, the name is sampled until only one tool's
+call is then written as the model's family writes one (``tool_family.py``; Qwen's
+``<tool_call>``, Llama 3's JSON, or the generic JSON): the opening token, if the family has
+one, and the fixed start of the JSON are put in by us, the name is sampled until only one tool's
 fits, and the arguments follow :func:`~voxpipe.engines.qwen_tools.call_steps`: what the
 schema fixes (keys, quotes, commas) goes into the context in one batch, and only the values
 are sampled, each under its own grammar. On two cores a sampled token costs about 58 ms
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from voxpipe.engines import json_tools, llama3_tools, qwen_tools
 from voxpipe.engines.base import (
     CancelToken,
     LlmOutput,
@@ -32,9 +34,6 @@ from voxpipe.engines.base import (
 )
 from voxpipe.engines.llama_state import common_prefix
 from voxpipe.engines.qwen_tools import (
-    CALL_CLOSE,
-    CALL_OPEN,
-    CALL_PREFIX,
     ArgumentsScanner,
     CallStep,
     ToolCallParseError,
@@ -42,9 +41,41 @@ from voxpipe.engines.qwen_tools import (
     name_grammar,
     parse_call,
 )
+from voxpipe.engines.tool_family import ToolFamily, ToolsUnsupportedError
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LlamaGrammar
+
+
+# Every family by its ``llm.tool_family`` name.
+FAMILIES = {
+    family.name: family for family in (qwen_tools.QWEN, llama3_tools.LLAMA3, json_tools.GENERIC)
+}
+
+
+def choose_family(
+    source: str, architecture: str, is_single_token: Callable[[str], bool], override: str = "auto"
+) -> ToolFamily | None:
+    """The family of a model with chat template ``source``; None for ``override='none'``.
+    Qwen's when the template writes ``<tool_call>`` and the vocabulary has it as one token;
+    Llama 3's when the template writes its JSON calls (``"parameters"``) between
+    ``<|start_header_id|>`` headers; otherwise the generic JSON family."""
+    if override == "none":
+        return None
+    if override != "auto":
+        family = FAMILIES[override]
+    elif qwen_tools.CALL_OPEN in source and is_single_token(qwen_tools.CALL_OPEN):
+        family = qwen_tools.QWEN
+    elif llama3_tools.matches(source, architecture):
+        family = llama3_tools.LLAMA3
+    else:
+        family = json_tools.GENERIC
+    if family.call_open and not is_single_token(family.call_open):
+        raise ToolsUnsupportedError(
+            f"llm.tool_family={family.name}: this model's vocabulary has no single "
+            f"{family.call_open} token. Fix: set llm.tool_family to auto or json."
+        )
+    return family
 
 
 def call_probability(logits: np.ndarray, starts: np.ndarray) -> float:
@@ -53,32 +84,50 @@ def call_probability(logits: np.ndarray, starts: np.ndarray) -> float:
     return float(weights[starts].sum() / weights.sum())
 
 
-def call_start_ids(pieces: Iterator[bytes], call_open: int) -> np.ndarray:
+def call_start_ids(pieces: Iterator[bytes], specials: Sequence[int] = ()) -> np.ndarray:
     """Of the vocabulary's token texts (``pieces``, in id order), the ids that begin a call
-    rather than words: ``<tool_call>``, and any token whose text starts with ``{`` or a
-    backtick (JSON, or a fenced block of it), which this small model writes more readily
-    than the tag when it means to call."""
+    rather than words: the family's special tokens (``specials``: Qwen's ``<tool_call>``),
+    and any token whose text starts with ``{`` or a backtick (JSON, or a fenced block of
+    it), which a small model writes more readily than the tag when it means to call."""
     ids = [token for token, piece in enumerate(pieces) if piece.lstrip()[:1] in (b"{", b"`")]
-    return np.array([call_open, *ids], dtype=np.intp)
+    return np.array([*specials, *ids], dtype=np.intp)
+
+
+def single_token(llm: Llama, text: str) -> int | None:
+    """The id of ``text`` when the vocabulary has it as one special token."""
+    ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+    return ids[0] if len(ids) == 1 else None
 
 
 class LlamaToolCalls:
-    """Tool calls on one llama.cpp context; used under the engine's lock only."""
+    """Tool calls on one llama.cpp context; used under the engine's lock only. With no
+    ``family`` (a model that calls no tools) it only finds the tokens that would begin a
+    call, which no spoken reply may say."""
 
     def __init__(
-        self, llm: Llama, threshold: float, temperature: float, top_p: float, max_tokens: int
+        self,
+        llm: Llama,
+        family: ToolFamily | None,
+        threshold: float,
+        temperature: float,
+        top_p: float,
+        max_tokens: int,
     ) -> None:
         import llama_cpp
 
         self._llm = llm
+        self.family = family
         self._cpp = llama_cpp
         self.threshold = threshold  # P(a call-like first token) at which the model calls
         self.temperature = temperature  # for the call's name and arguments
         self.top_p = top_p
         self.max_tokens = max_tokens
-        (self.call_open,) = llm.tokenize(CALL_OPEN.encode(), add_bos=False, special=True)
-        (self.call_close,) = llm.tokenize(CALL_CLOSE.encode(), add_bos=False, special=True)
-        self._prefix = llm.tokenize(CALL_PREFIX.encode(), add_bos=False, special=False)
+        opener = single_token(llm, family.call_open) if family and family.call_open else None
+        self.call_open = opener  # the token that opens a call, if the family has one
+        specials = [single_token(llm, text) for text in (family.starts if family else ())]
+        self._specials = [t for t in specials if t is not None]
+        prefix = family.call_prefix.encode() if family else b""
+        self._prefix = llm.tokenize(prefix, add_bos=False, special=False) if prefix else []
         self._starts: np.ndarray | None = None
         self._grammars: dict[str, LlamaGrammar] = {}  # by their text
         self._plans: dict[str, tuple[CallStep, ...]] = {}  # by the tool's definition
@@ -88,7 +137,7 @@ class LlamaToolCalls:
         if self._starts is None:
             model = self._llm._model
             pieces = (model.token_to_piece(t, special=True) for t in range(model.n_vocab()))
-            self._starts = call_start_ids(pieces, self.call_open)
+            self._starts = call_start_ids(pieces, self._specials)
         return self._starts
 
     def logits(self) -> np.ndarray:
@@ -111,10 +160,10 @@ class LlamaToolCalls:
             self._grammars[text] = LlamaGrammar.from_string(text, verbose=False)
         return self._grammars[text]
 
-    def _steps(self, tool: ToolSpec) -> tuple[CallStep, ...]:
+    def _steps(self, family: ToolFamily, tool: ToolSpec) -> tuple[CallStep, ...]:
         key = json.dumps(tool.openai(), sort_keys=True)
         if key not in self._plans:
-            self._plans[key] = call_steps(tool)
+            self._plans[key] = call_steps(tool, family.name_to_arguments)
         return self._plans[key]
 
     def generate_call(
@@ -126,18 +175,22 @@ class LlamaToolCalls:
         the values evaluated in one batch, each value sampled under its own grammar. Yields
         the name once written (an empty delta: the reply says the tool's phrase while the
         arguments are written), the arguments as they come, and then the call."""
+        family = self.family
+        if family is None:
+            raise ValueError("a model with no tool family was asked to call")
         call_id = new_call_id()
-        scanner = ArgumentsScanner()
-        scanner.push(CALL_PREFIX)
+        scanner = ArgumentsScanner(family.call_prefix, family.arguments_marker)
+        scanner.push(family.call_prefix)
         writer = _Writer(self, scanner, cancel, usage)
         llm = self._llm
         held = common_prefix(llm.input_ids[: llm.n_tokens], tokens)  # all of them, usually
         llm.n_tokens = held
-        writer.fixed([*tokens[held:], self.call_open, *self._prefix])
+        opener = [] if self.call_open is None else [self.call_open]
+        writer.fixed([*tokens[held:], *opener, *self._prefix])
         tool, rest = writer.name(tools, self._grammar(name_grammar(tools)))
         if tool is not None:
             yield ToolCallDelta(call_id, tool.name, "")
-            for i, step in enumerate(self._steps(tool)):
+            for i, step in enumerate(self._steps(family, tool)):
                 # The first step's text opens with the name's closing quote: ``rest`` has it.
                 yield from writer.text(call_id, rest + step.fixed[1:] if i == 0 else step.fixed)
                 if step.grammar is not None and not writer.stopped:
@@ -148,7 +201,7 @@ class LlamaToolCalls:
             if scanner.complete:
                 usage.finish_reason = "tool_calls"
         try:
-            yield parse_call(scanner.text, tools, call_id)
+            yield parse_call(scanner.text, tools, call_id, family)
         except ToolCallParseError as exc:  # cut off at max_tokens
             usage.extra["tool_call_errors"] = 1
             yield ToolCallRequest(call_id, scanner.name, {}, scanner.arguments_json, str(exc))

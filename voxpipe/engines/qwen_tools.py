@@ -1,10 +1,13 @@
-"""Tool calls in Qwen2.5's own format, as the model's GGUF chat template writes them.
+"""Tool calls of the Qwen2.5/Qwen3 family (Hermes format), as its chat template writes them.
 
 The template (``tokenizer.chat_template`` in the GGUF) appends a ``# Tools`` block with one
 JSON line per tool to the first system message, has the assistant answer a call as
 ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, and gives results back in
 a user turn, one ``<tool_response>`` block per result. The prompt text here is that
-template's, character for character, so the model sees what it was trained on.
+template's, character for character, so the model sees what it was trained on (the engine
+renders the GGUF's own template, ``llama_template.py``; the text here is what the tool
+evaluation and the tests compare with). :data:`QWEN` is the family (``tool_family.py``).
+The grammar, the steps and the scanner below serve every family: they take its keys.
 
 What the model writes after ``<tool_call>`` is constrained by llama.cpp grammars built with
 llama.cpp's own JSON-schema converter: the name is one of the tools' (:func:`name_grammar`),
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from voxpipe.engines.base import ToolCallRequest, ToolSpec, new_call_id
+from voxpipe.engines.tool_family import ToolFamily, native_chat
 
 DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 TOOLS_HEADER = (
@@ -40,6 +44,20 @@ CALL_CLOSE = "</tool_call>"
 CALL_PREFIX = '\n{"name": "'  # what follows <tool_call>, up to the name: written, not sampled
 NAME_TO_ARGUMENTS = '", "arguments": '
 CALL_SUFFIX = "}\n" + CALL_CLOSE
+
+
+MARKUP = (CALL_OPEN, CALL_CLOSE, "<tool_response>", "</tool_response>")
+
+QWEN = ToolFamily(
+    name="qwen",
+    call_open=CALL_OPEN,
+    call_prefix=CALL_PREFIX,
+    arguments_key="arguments",
+    call_close="\n" + CALL_CLOSE,
+    markup=MARKUP,
+    starts=(CALL_OPEN,),
+    chat=native_chat,
+)
 
 
 class ToolCallParseError(ValueError):
@@ -102,7 +120,7 @@ class CallStep:
     delimiter: str = ""
 
 
-def call_steps(tool: ToolSpec) -> tuple[CallStep, ...]:
+def call_steps(tool: ToolSpec, name_to_arguments: str = NAME_TO_ARGUMENTS) -> tuple[CallStep, ...]:
     """How a call of ``tool`` is written after its name: the JSON's keys, quotes and commas
     are fixed by the schema, so only the values are sampled (a token sampled costs about as
     much as ten evaluated in one batch on a CPU). Each value's grammar ends with the
@@ -113,16 +131,16 @@ def call_steps(tool: ToolSpec) -> tuple[CallStep, ...]:
     properties: dict[str, Any] = dict(schema.get("properties") or {})
     required = list(schema.get("required") or ())
     if not properties:
-        return (CallStep(NAME_TO_ARGUMENTS + "{}}"),)
+        return (CallStep(name_to_arguments + "{}}"),)
     simple = set(required) == set(properties) and "$defs" not in schema
     if not simple:  # the object's own closing brace ends it
-        opening = NAME_TO_ARGUMENTS.rstrip()
+        opening = name_to_arguments.rstrip()
         return (CallStep(opening, value_grammar(schema, ""), "}"), CallStep("}"))
     steps = []
     for i, name in enumerate(properties):
         last = i == len(properties) - 1
         key = f"{_tojson(name)}:"  # the space after it is the value's: ' "' is one token
-        fixed = NAME_TO_ARGUMENTS + "{" + key if i == 0 else " " + key
+        fixed = name_to_arguments + "{" + key if i == 0 else " " + key
         delimiter = "}" if last else ","
         steps.append(CallStep(fixed, value_grammar(properties[name], delimiter), delimiter))
     steps.append(CallStep("}"))  # the call's own brace
@@ -159,7 +177,8 @@ class ArgumentsScanner:
 
     KEY = '"arguments":'
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = CALL_PREFIX, key: str = KEY) -> None:
+        self.prefix, self.key = prefix, key
         self.text = ""
         self._args_start = -1  # index in text where the arguments' value begins
         self._scanned = 0  # characters of text looked at by the JSON depth count
@@ -172,9 +191,9 @@ class ArgumentsScanner:
     @property
     def name(self) -> str:
         """The tool's name once written in full, else ""."""
-        start = len(CALL_PREFIX)
+        start = len(self.prefix)
         end = self.text.find('"', start)
-        return self.text[start:end] if end >= 0 and self.text.startswith(CALL_PREFIX) else ""
+        return self.text[start:end] if end >= 0 and self.text.startswith(self.prefix) else ""
 
     def push(self, piece: str) -> str:
         """Take more generated text; return the new part of the arguments' text, if any."""
@@ -184,9 +203,9 @@ class ArgumentsScanner:
             self._step(self._scanned)
             self._scanned += 1
         if self._args_start < 0:
-            key = self.text.find(self.KEY)
+            key = self.text.find(self.key)
             if key >= 0:
-                start = key + len(self.KEY)
+                start = key + len(self.key)
                 while start < len(self.text) and self.text[start] == " ":
                     start += 1
                 if start < len(self.text):
@@ -230,15 +249,17 @@ class ArgumentsScanner:
         return self._emitted()
 
 
-def parse_call(text: str, tools: Sequence[ToolSpec], call_id: str | None = None) -> ToolCallRequest:
+def parse_call(
+    text: str, tools: Sequence[ToolSpec], call_id: str | None = None, family: ToolFamily = QWEN
+) -> ToolCallRequest:
     """The call in ``text``: what the model wrote after ``<tool_call>``, with or without the
     closing tag. Raises :class:`ToolCallParseError` for anything but one JSON object with a
     known tool's ``name`` and an object of ``arguments`` that has the schema's required
     properties (the grammar guarantees it; this also guards output made without one)."""
     body = text.strip()
-    if body.startswith(CALL_OPEN):
-        body = body[len(CALL_OPEN) :]
-    body = body.removesuffix(CALL_CLOSE).strip()
+    for start in family.starts:
+        body = body.removeprefix(start)
+    body = body.removesuffix(family.call_close.strip()).strip()
     try:
         call, end = json.JSONDecoder().raw_decode(body)
     except ValueError as exc:
@@ -251,29 +272,26 @@ def parse_call(text: str, tools: Sequence[ToolSpec], call_id: str | None = None)
     tool = by_name.get(call["name"])
     if tool is None:
         raise ToolCallParseError(f"no tool is called {call['name']!r}")
-    arguments = call.get("arguments", {})
+    arguments = call.get(family.arguments_key, {})
     if not isinstance(arguments, dict):
         raise ToolCallParseError(f"{tool.name}: arguments must be a JSON object")
     missing = tool.missing_arguments(arguments)
     if missing:
         raise ToolCallParseError(f"{tool.name}: missing arguments {', '.join(missing)}")
-    raw = _arguments_text(body, arguments)
+    raw = _arguments_text(body, arguments, family.arguments_marker)
     return ToolCallRequest(call_id or new_call_id(), tool.name, arguments, raw)
 
 
-def _arguments_text(body: str, arguments: Mapping[str, Any]) -> str:
+def _arguments_text(body: str, arguments: Mapping[str, Any], marker: str) -> str:
     """The arguments' JSON exactly as written in ``body`` (a call object that parsed)."""
-    key = body.find(ArgumentsScanner.KEY)
+    key = body.find(marker)
     if key < 0:  # spaced differently, or absent: the canonical form
         return _tojson(dict(arguments))
-    start = key + len(ArgumentsScanner.KEY)
+    start = key + len(marker)
     while body[start].isspace():
         start += 1
     _, end = json.JSONDecoder().raw_decode(body, start)
     return body[start:end]
-
-
-MARKUP = (CALL_OPEN, CALL_CLOSE, "<tool_response>", "</tool_response>")
 
 
 class MarkupFilter:
@@ -282,16 +300,17 @@ class MarkupFilter:
     its answer: they are no words to say. A tail that may begin a tag is held back until
     the next piece tells."""
 
-    def __init__(self) -> None:
+    def __init__(self, markup: Sequence[str] = MARKUP) -> None:
         self._held = ""
+        self._markup = tuple(markup)
 
     def push(self, text: str) -> str:
         text = self._held + text
-        for tag in MARKUP:
+        for tag in self._markup:
             text = text.replace(tag, "")
         start = text.rfind("<")
         self._held = ""
-        if start != -1 and any(tag.startswith(text[start:]) for tag in MARKUP):
+        if start != -1 and any(tag.startswith(text[start:]) for tag in self._markup):
             text, self._held = text[:start], text[start:]
         return text
 

