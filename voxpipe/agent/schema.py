@@ -5,6 +5,11 @@ enums and nested models under ``$defs``. Both cost a small model prompt tokens a
 servers and grammar converters do not follow ``$ref``, so :func:`compact` drops the titles
 and inlines the definitions. HTTP and MCP tools bring a schema of their own, which
 :func:`checked` verifies and :func:`validate_arguments` applies with ``jsonschema``.
+
+A schema may come from a client (a Realtime ``session.tools``), so :func:`checked` measures
+its nesting without recursion first: ``jsonschema`` (and the prompt and grammar built from a
+schema later) recurse once per level, and 400 nested objects exhausted the interpreter's
+stack. :data:`MAX_DEPTH` is far beyond any real tool's arguments.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import jsonschema.validators
 
 from voxpipe.agent.tools import InvalidArguments, ToolDefinitionError
 
+MAX_DEPTH = 32  # nested JSON objects and arrays in one parameters schema
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMA_KEYS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
 
@@ -64,11 +70,33 @@ def checked(tool: str, schema: Mapping[str, Any]) -> dict[str, Any]:
     """``schema`` if it is a valid JSON schema for an object; else a ToolDefinitionError."""
     if schema.get("type") != "object":
         raise ToolDefinitionError(f"tool {tool}: its parameters must be a JSON object schema")
+    if depth(schema) > MAX_DEPTH:
+        raise ToolDefinitionError(
+            f"tool {tool}: its parameters schema nests deeper than {MAX_DEPTH} levels"
+        )
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
         raise ToolDefinitionError(f"tool {tool}: invalid parameters schema: {exc.message}") from exc
     return dict(schema)
+
+
+def depth(value: Any) -> int:
+    """How many JSON objects and arrays ``value`` nests (0 for a scalar), measured with a
+    stack of its own, so that no nesting overflows the interpreter's."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def validate_arguments(

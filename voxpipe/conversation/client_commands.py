@@ -16,8 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
+from voxpipe.config import Config
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Inbound, Uncommitted
+from voxpipe.conversation.prompt_budget import PromptBudget
 from voxpipe.conversation.reply import Reply
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.conversation.turn_detector import TurnDetector
@@ -32,6 +34,7 @@ MIN_COMMIT_MS = 100  # less committed audio is not a turn (as the OpenAI Realtim
 class SessionParts(Protocol):
     """What the client's commands use of their session."""
 
+    cfg: Config
     history: History
     ledger: ToolLedger
     counts: Counter[str]
@@ -161,15 +164,26 @@ class ClientCommands:
         tool's name: only that one is offered; "required" cannot force a call and offers
         them all). The model is offered the agent's tools and these; a call to one of these
         ends the reply (``ToolStarted`` executor "client") and waits for
-        :meth:`add_tool_output`."""
+        :meth:`add_tool_output`. A tool named as one of the agent's is refused
+        (:class:`~voxpipe.conversation.tool_ledger.ToolRefused`), and nothing changes."""
         self.ledger.set_client_tools(specs, tool_choice)
+
+    def prompt_overflow(
+        self: SessionParts, instructions: str, specs: Sequence[ToolSpec]
+    ) -> str | None:
+        """Why ``instructions`` with the agent's tools and the client's ``specs`` would leave
+        the model too little room for the conversation (``prompt_budget.py``); None if they
+        fit. Asked before either is set, so that a refusal changes nothing."""
+        budget = PromptBudget(self.cfg.llm.n_ctx, self.cfg.llm.max_tokens)
+        return budget.overflow(instructions, self.ledger.toolbox.specs(), specs)
 
     def add_tool_output(self: SessionParts, call_id: str, output: str) -> bool:
         """The client's result of call ``call_id`` (``function_call_output``), for the next
-        reply (:meth:`respond`); False if no call of that id waits for a result."""
+        reply (:meth:`respond`); False if no call of that id waits for a result,
+        ToolRefused if it is a call of an agent's tool."""
         return self.ledger.add_output(self._turn_ids, call_id, output)
 
     def add_tool_call(self: SessionParts, call_id: str, name: str, arguments_json: str) -> bool:
         """A tool call the client writes into the conversation (a ``function_call`` item);
-        False if that call id is already there."""
+        False if that call id is already there, ToolRefused if it names an agent's tool."""
         return self.ledger.add_client_call(self._turn_ids, call_id, name, arguments_json)

@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     NOT_READY = "server_not_ready"
     ENGINE_BUSY = "engine_busy"
     TURN_FAILED = "turn_failed"
+    CONTEXT_EXCEEDED = "context_length_exceeded"
     INTERNAL = "internal_error"
     UNAUTHORIZED = "unauthorized"
     TOKENS_DISABLED = "tokens_disabled"

@@ -59,6 +59,7 @@ from voxpipe.engines.base import (
     ChatMessage,
     LlmOutput,
     LlmUsage,
+    PromptTooLong,
     ToolCallDelta,
     ToolCallRequest,
     ToolSpec,
@@ -260,13 +261,19 @@ class Reply:
         except asyncio.CancelledError:
             self._outcome.move(ReplyStatus.CANCELLED, self._outcome.reason or "session closed")
             raise
-        except EngineBusy as error:
-            self._outcome.move(ReplyStatus.FAILED, str(error))
-            await self._emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
-        except Exception as error:
-            log.exception("turn %s of %s failed", self.turn_id, self.ctx.session_id)
-            self._outcome.move(ReplyStatus.FAILED, f"{type(error).__name__}: {error}")
-            await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
+        except Exception as group:
+            error = _alone(group)  # the reply's stages run in a task group, which wraps
+            if isinstance(error, EngineBusy):
+                self._outcome.move(ReplyStatus.FAILED, str(error))
+                await self._emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
+            elif isinstance(error, PromptTooLong):  # the session's tools: no bug, no traceback
+                log.warning("turn %s of %s: %s", self.turn_id, self.ctx.session_id, error)
+                self._outcome.move(ReplyStatus.FAILED, str(error))
+                await self._emit(ErrorEvent.of(ErrorCode.CONTEXT_EXCEEDED, str(error)))
+            else:
+                log.error("turn %s of %s failed", self.turn_id, self.ctx.session_id, exc_info=group)
+                self._outcome.move(ReplyStatus.FAILED, f"{type(error).__name__}: {error}")
+                await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
         finally:
             if self.barge_in is not None:
                 self.barge_in.cancelled_ns = time.monotonic_ns()
@@ -521,6 +528,13 @@ class Reply:
                 )
             )
             await self._emit(TurnMetrics(self.turn_id, record))
+
+
+def _alone(error: BaseException) -> BaseException:
+    """The one error a task group failed with, unwrapped (it wraps even a single one)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:

@@ -12,6 +12,12 @@ it: a barge-in that ends the reply cancels a ``READ_ONLY`` tool (its cancellatio
 result the model sees) and leaves a ``MUTATING`` one running to its end, whose result joins
 the history when it comes. Closing the session waits for those up to their timeout, then
 records ``unknown_outcome``. Only the ledger writes a result, and only once per call.
+
+A client with tools of its own (Realtime) must not reach the server's: a client tool may not
+take a server tool's name (the model's call would run the server's, and the client never see
+it), and a record the client writes, a call or a result, may not name a server tool (the
+model would take a forged ``cancel_booking`` for a done deed, and act on it). Those are
+refused with :class:`ToolRefused`, before anything changes.
 """
 
 from __future__ import annotations
@@ -49,6 +55,16 @@ UNKNOWN_SAID = (
 )
 CLOSE_GRACE_S = 1.0  # past a running tool's own timeout, before its outcome is unknown
 RUNNING = '{"status":"running","note":"still running: its result follows when it is done"}'
+
+
+class ToolRefused(ValueError):
+    """A client's tools or tool record that would reach the server's own tools.
+    ``where``: the part at fault, relative to what the client gave (``"2.name"``: the third
+    tool's name; ``"call_id"``)."""
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 @dataclass(eq=False)
@@ -135,8 +151,16 @@ class ToolLedger:
 
     def set_client_tools(self, specs: Sequence[ToolSpec], tool_choice: str = "auto") -> None:
         """A client's own tools (Realtime ``session.tools``): the model may call them too,
-        and the client runs them. A server tool of the same name wins."""
-        self._client_tools = {s.name: s for s in specs if s.name not in self.toolbox}
+        and the client runs them. One named as a server tool is refused (ToolRefused), and
+        the tools stay as they were."""
+        for i, spec in enumerate(specs):
+            if spec.name in self.toolbox:
+                raise ToolRefused(
+                    f"'{spec.name}' is the name of one of the server's own tools; "
+                    "name the client's tool otherwise",
+                    f"{i}.name",
+                )
+        self._client_tools = {s.name: s for s in specs}
         self.tool_choice = tool_choice
 
     def offered(self) -> list[ToolSpec] | None:
@@ -165,7 +189,13 @@ class ToolLedger:
         return message
 
     def add_client_call(self, turn_id: int, call_id: str, name: str, arguments_json: str) -> bool:
-        """A call the client wrote into the conversation itself; False if the id is taken."""
+        """A call the client wrote into the conversation itself; False if the id is taken,
+        ToolRefused if it names a server tool (only the model calls those)."""
+        if name in self.toolbox:
+            raise ToolRefused(
+                f"'{name}' is one of the server's own tools: only the model calls it",
+                "name",
+            )
         if call_id in self._answered or self._find_call(call_id) is not None:
             return False
         try:
@@ -178,8 +208,15 @@ class ToolLedger:
         return True
 
     def add_output(self, turn_id: int, call_id: str, output: str) -> bool:
-        """The client's result of its own call; False if no such call waits for one."""
+        """The client's result of its own call; False if no such call waits for one,
+        ToolRefused if the call is a server tool's (the server writes that result)."""
         request = self._find_call(call_id)
+        if request is not None and request.name in self.toolbox:
+            raise ToolRefused(
+                f"call '{call_id[:64]}' is of the server's own tool '{request.name}': "
+                "its result is the server's to write",
+                "call_id",
+            )
         if request is None or call_id in self._answered or call_id in self._runs:
             return False
         self._write_result(turn_id, request.name, call_id, output, ToolStatus.OK.value)

@@ -52,6 +52,7 @@ from voxpipe.conversation.events import (
     TranscriptPartial,
 )
 from voxpipe.conversation.hang_up import hang_up
+from voxpipe.conversation.tool_ledger import ToolRefused
 from voxpipe.transports.base import (
     Undecodable,
     call_send_buffer,
@@ -148,6 +149,7 @@ class RealtimeConnection:
         self.user_items = UserItems(self.out, self.items)
         self.responses = Responses(self.out, self.items, self.session, lambda: self.settings)
         self.item_edits = ItemEdits(self.out, self.items, self.responses, self.session)
+        self._warned = False  # a refused tool was logged (_warn_once)
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
             "session.update": self._session_update,
             "input_audio_buffer.append": self._append,
@@ -236,6 +238,8 @@ class RealtimeConnection:
         except ValidationError as exc:
             self.out.error(RealtimeError.of(exc), event_id)
         except RealtimeError as exc:
+            if exc.warn:
+                self._warn_once(kind, exc)
             self.out.error(exc, event_id)
         except Exception:  # a bug must cost one event, not the call
             log.exception("realtime event %s failed", kind)
@@ -246,6 +250,22 @@ class RealtimeConnection:
                 event_id,
             )
 
+    def _warn_once(self, kind: str, error: RealtimeError) -> None:
+        """A refused tool or tool record: logged once a connection, with no traceback, so a
+        client repeating it cannot flood the log (the metrics count every one)."""
+        if self._warned:
+            return
+        self._warned = True
+        log.warning(
+            "realtime call %s: %s refused (%s, %s): %s; further refusals of tools on this "
+            "connection are only counted",
+            self.call.id,
+            kind,
+            error.code,
+            error.param,
+            error.message[:300],
+        )
+
     # -- session settings and the input audio buffer -------------------------
 
     async def _session_update(self, payload: dict[str, Any]) -> None:
@@ -254,11 +274,20 @@ class RealtimeConnection:
         settings = self.settings.updated(update.session, shape)
         vad = settings.turn_detection
         turn = vad.turn_config(self.session.turn_config) if vad is not None else None
-        if settings.tools != self.settings.tools:
-            try:  # first: a refusal must leave the session as it was
+        tools_changed = settings.tools != self.settings.tools
+        if tools_changed or settings.instructions != self.settings.instructions:
+            # first: a refusal must leave the session as it was
+            overflow = self.session.prompt_overflow(settings.instructions, settings.tools.specs)
+            if overflow is not None:
+                where = "session.tools" if tools_changed else "session.instructions"
+                raise RealtimeError("invalid_value", overflow, where, warn=True)
+        if tools_changed:
+            try:
                 self.session.set_client_tools(settings.tools.specs, settings.tools.choice)
-            except ValueError as exc:  # e.g. a name the server's own tools already use
-                raise RealtimeError("invalid_value", str(exc), "session.tools") from None
+            except ToolRefused as exc:  # a name the server's own tools already use
+                raise RealtimeError(
+                    "invalid_value", str(exc), f"session.tools.{exc.where}", warn=True
+                ) from None
         if shape is Dialect.BETA:
             self.out.dialect = Dialect.BETA  # a flat session.update: the client speaks beta
         self.settings = settings

@@ -6,18 +6,21 @@ an assistant audio item at the point its listener stopped hearing it. It answers
 model's calls of its own tools with ``function_call_output`` items, and may write
 calls into the conversation (``function_call`` items) as if the model had made them;
 a function item, once added, is the model's record of what was done, so it cannot
-be deleted. The history is the session's: a deletion or a truncation is asked of
-it, and what it keeps is what the item then says. Only the items the connection
-still remembers can be named (:class:`~voxpipe.transports.realtime_items.Items`
-keeps the latest).
+be deleted. Neither kind may name the server's own tools: the session refuses such a
+forged record (``tool_ledger.py``). The history is the session's: a deletion or a
+truncation is asked of it, and what it keeps is what the item then says. Only the
+items the connection still remembers can be named
+(:class:`~voxpipe.transports.realtime_items.Items` keeps the latest).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from voxpipe.conversation.session import Session
+from voxpipe.conversation.tool_ledger import ToolRefused
 from voxpipe.engines.base import TOOL_NAME, new_call_id
 from voxpipe.transports.realtime_client_events import (
     TEXT_CONTENT,
@@ -90,7 +93,7 @@ class ItemEdits:
         item_id = spec.id or new_id("item")
         if spec.type == "function_call_output":
             call_id, output = _required(spec.call_id, "call_id"), _required(spec.output, "output")
-            if not self.session.add_tool_output(call_id, output):
+            if not self._refusing(self.session.add_tool_output, call_id, output):
                 raise RealtimeError(
                     "invalid_value",
                     f"no function call with call_id '{call_id[:64]}' is waiting for its output",
@@ -107,11 +110,20 @@ class ItemEdits:
                 "invalid_value", "arguments must be a JSON object, as a string", "item.arguments"
             )
         call_id = spec.call_id or new_call_id()
-        if not self.session.add_tool_call(call_id, name, arguments):
+        if not self._refusing(self.session.add_tool_call, call_id, name, arguments):
             raise RealtimeError(
                 "invalid_value", f"call_id '{call_id[:64]}' is already used", "item.call_id"
             )
         return FunctionItem(item_id, "function_call", call_id, name, arguments)
+
+    @staticmethod
+    def _refusing(add: Callable[..., bool], *args: str) -> bool:
+        """``add(*args)``, with the session's refusal of a record that names a server tool
+        as the client's error (logged once a connection)."""
+        try:
+            return add(*args)
+        except ToolRefused as exc:
+            raise RealtimeError("invalid_value", str(exc), f"item.{exc.where}", warn=True) from None
 
     def _item(self, item_id: str) -> AnyItem:
         item = self.items.get(item_id)

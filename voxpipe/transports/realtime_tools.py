@@ -4,9 +4,11 @@ As with OpenAI, a client may declare function tools. The model may call them; th
 goes out to the client (``response.function_call_arguments.*``), which runs it and sends
 the result back (``conversation.item.create`` with a ``function_call_output``). They are
 checked strictly at ``session.update`` (a name OpenAI would accept, an object parameters
-schema that is a valid JSON schema, no MCP tools) so that a bad one is refused there, not
-found out by a failing turn. The server's own tools (its agent's) are not listed: a
-client sees what it declared.
+schema that is a valid JSON schema nesting at most ``schema.MAX_DEPTH`` levels, no MCP
+tools) so that a bad one is refused there, not found out by a failing turn. The server's own
+tools (its agent's) are not listed: a client sees what it declared. Whether a tool may take
+its name (no server tool has it) and whether all of them fit the model's context is the
+session's to say (``tool_ledger.py``, ``prompt_budget.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ class ClientTools:
     def updated(self, tools: list[Any] | None, choice: Any, choice_given: bool) -> ClientTools:
         """These tools with a ``session.update``'s ``tools`` (None: unchanged) and
         ``tool_choice`` (when ``choice_given``) applied; a RealtimeError if either is bad."""
-        specs = self.specs if tools is None else _specs(tools)
+        try:
+            specs = self.specs if tools is None else _specs(tools)
+        except RealtimeError as error:
+            error.warn = True  # a bad tool: the first of a connection is logged
+            raise
         name = _choice(choice) if choice_given else self.choice
         if name not in CHOICES and name not in {spec.name for spec in specs}:
             raise RealtimeError(

@@ -62,7 +62,9 @@ def new_id(prefix: str) -> str:
 
 
 class RealtimeError(Exception):
-    """A client event the server refuses; the connection stays open."""
+    """A client event the server refuses; the connection stays open. ``warn``: a refused
+    tool or tool record, which may be an attempt on the server's own tools or its context
+    (``docs/security.md``): the connection logs the first one at warning level."""
 
     def __init__(
         self,
@@ -70,9 +72,11 @@ class RealtimeError(Exception):
         message: str,
         param: str | None = None,
         kind: str = "invalid_request_error",
+        warn: bool = False,
     ) -> None:
         super().__init__(message)
         self.code, self.message, self.param, self.kind = code, message, param, kind
+        self.warn = warn
 
     @classmethod
     def of(cls, error: ValidationError, prefix: str = "") -> RealtimeError:
