@@ -52,7 +52,10 @@ HEADER = (
 
 def _row(name: str, half: str, row: Mapping[str, Any]) -> str:
     invented = f"{row['invented']}/{row['invented_checked']}"
-    missed = ", ".join(row.get("missed_targets", [])) or "-"
+    if "agents_meeting_targets" in row:  # a half's means
+        missed = f"{row['agents_meeting_targets']}/{row['agents']} agents meet every target"
+    else:
+        missed = ", ".join(row["missed_targets"]) or "-"
     n = row.get("requests", row.get("agents", ""))
     return (
         f"  {name:<12} {half:<9} {n:>4} {_pct(row['precision']):>9} {_pct(row['recall']):>7} "
