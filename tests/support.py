@@ -144,3 +144,21 @@ def voiced(text: str) -> tuple[np.ndarray, int]:
     pcm = np.concatenate(list(tts.synthesize(text, CancelToken())))
     pad = np.zeros(tts.sample_rate * 3 // 10, np.float32)
     return np.concatenate([pad, pcm.astype(np.float32) / 32768.0, pad]), tts.sample_rate
+
+
+# What no spoken reply may hold: JSON, code, markdown, tool syntax, field names.
+_MARKUP_SIGNS = (
+    (re.compile(r"[{}\[\]<>`\"\\|#*_]"), "a brace, bracket, tag, quote or markdown sign"),
+    (re.compile(r"tool_call|tool_response", re.IGNORECASE), "tool syntax"),
+    (re.compile(r"\b[a-z]\w*\s*:\s*(?:true|false|null|\d)", re.IGNORECASE), "a field: value pair"),
+    (re.compile(r"\b(?:ok|success|booked|confirmed)\s+(?:true|false)\b", re.I), "a read record"),
+    (re.compile(r"\b[a-z]\w*\(.*\)", re.IGNORECASE), "a function call"),
+)
+
+
+def assert_spoken(text: str) -> None:
+    """``text``, a reply the caller heard (or its transcript), is words: it holds no JSON,
+    code, markdown, tool syntax or field names, which a TTS would read aloud."""
+    for pattern, what in _MARKUP_SIGNS:
+        found = pattern.search(text)
+        assert found is None, f"the spoken reply holds {what} ({found.group()!r}): {text!r}"

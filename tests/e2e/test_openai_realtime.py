@@ -21,7 +21,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.realtime_client import RATE, Listener, pcm24k, silence, voiced_seconds
-from tests.support import Clip, RunningServer, librivox_clips
+from tests.support import Clip, RunningServer, assert_spoken, librivox_clips
 from voxpipe.audio.pcm import pcm16_to_float, read_wav
 
 pytestmark = pytest.mark.e2e
@@ -94,6 +94,7 @@ def _assert_spoken(rt: Listener, response: dict[str, Any]) -> None:
     [item] = response["output"]
     assert item["role"] == "assistant" and item["status"] == "completed"
     assert item["content"][0]["transcript"].strip()
+    assert_spoken(item["content"][0]["transcript"])
     audio = rt.audio(response["id"])
     samples = pcm16_to_float(audio)
     assert samples.shape[0] / RATE > 0.3 and voiced_seconds(audio) > 0.3, "no spoken reply"

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from openai.types.realtime import ResponseFunctionCallArgumentsDoneEvent
 
 from tests.realtime_client import RATE, Listener, pcm24k, silence, voiced_seconds
-from tests.support import RunningServer
+from tests.support import RunningServer, assert_spoken
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.engines.base import CancelToken
 from voxpipe.engines.piper_tts import PiperTts
@@ -125,6 +125,7 @@ async def test_the_sdk_runs_book_table_and_hears_the_answer(server: RunningServe
     assert answer["status"] == "completed", answer
     messages = [o for o in answer["output"] if o["type"] == "message"]
     assert messages and messages[0]["content"][0]["transcript"].strip(), answer["output"]
+    assert_spoken(messages[0]["content"][0]["transcript"])
     audio = rt.audio(answer["id"])
     samples = pcm16_to_float(audio)
     assert samples.shape[0] / RATE > 0.3 and voiced_seconds(audio) > 0.3, "no spoken answer"

@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 
 from tests.e2e.slow_booking_agent import connect
 from tests.e2e.test_cluster import port_of, worker_of
-from tests.support import history_of, voiced
+from tests.support import assert_spoken, history_of, voiced
 from voxpipe.clients.native_client import NativeClient, TurnResult
 from voxpipe.conversation.tool_ledger import UNKNOWN_SAID
 from voxpipe.server.local_cluster import LocalCluster, free_port_run
@@ -243,6 +243,7 @@ async def test_a_barge_in_while_the_tool_runs_lets_it_finish_once(
     assert tool_messages(history).count(result) == 1, history
     # The caller's words over the tool were heard and answered.
     assert answer.status == "completed" and answer.reply.strip(), answer.done
+    assert_spoken(answer.reply)
     assert client.duplicate_frames == [] and client.duplicate_events == []
     assert not client.errors, client.errors
     print(
@@ -309,6 +310,7 @@ async def test_a_reconnect_while_the_tool_runs_neither_repeats_nor_loses_it(
     assert events_of(client, "tool.finished", since), "the result did not reach the new line"
     assert answer_words, "no words of the answer after the reconnect"
     assert turn.status == "completed" and turn.reply.strip(), turn.done
+    assert_spoken(turn.reply)
     assert ends_on_answer(history, turn.reply), history
     assert len(turn.seqs) > frames_before and contiguous(turn.seqs), "answer audio lost"
     assert client.duplicate_frames == [] and client.duplicate_events == []
@@ -394,6 +396,7 @@ async def test_a_tool_done_before_its_worker_dies_is_answered_by_the_other_worke
     assert shown == result, history
     # ... and gave the answer the dead one never finished, after the result.
     assert answer.status == "completed" and answer.reply.strip(), answer.done
+    assert_spoken(answer.reply)
     assert len(answer.audio) / 2 / client.output_rate > 0.3, "the answer was not spoken"
     assert ends_on_answer(history, answer.reply), history
     roles = [m["role"] for m in history["messages"]]

@@ -58,6 +58,7 @@ class SessionParts(Protocol):
         held: bool,
         respond: bool = True,
         text: str | None = None,
+        tool_choice: str | None = None,
     ) -> Reply: ...
 
 
@@ -108,15 +109,17 @@ class ClientCommands:
         """A reply is being prepared or spoken."""
         return self._turns.speaking() is not None
 
-    def respond(self: SessionParts, say: str | None = None) -> int:
+    def respond(self: SessionParts, say: str | None = None, tool_choice: str | None = None) -> int:
         """Answer the conversation as it stands, with no new caller audio (a client asked,
         e.g. OpenAI ``response.create``; ``say``: these words, not the LLM's, as for a
-        greeting). It starts once the turn before it is done. Returns its turn id."""
+        greeting; ``tool_choice``: this reply's, in place of the session's). It starts once
+        the turn before it is done. Returns its turn id."""
         self._turn_ids += 1
         timeline = TurnTimeline(self._turn_ids)
         timeline.mark("speech_end")  # the request: voice-to-voice runs from here
         timeline.mark("eot")
-        self._turns.reply_started(self._new_reply(timeline, None, held=False, text=say))
+        reply = self._new_reply(timeline, None, held=False, text=say, tool_choice=tool_choice)
+        self._turns.reply_started(reply)
         return self._turn_ids
 
     async def cancel_response(self: SessionParts) -> bool:

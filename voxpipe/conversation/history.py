@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from voxpipe.conversation.spoken import result_for_model
 from voxpipe.engines.base import ChatMessage, Role
 
 
@@ -45,10 +46,18 @@ class History:
         self.summarized_messages += count
 
     def messages(self) -> list[ChatMessage]:
+        """The conversation as the model is shown it: a tool's result comes with a request
+        to tell the caller its outcome in words (``spoken.result_for_model``); shown bare,
+        the small model read it out as JSON. Every result is shown so, not only the last, so
+        that the prompt of the next turn begins as this one's did (its KV cache holds)."""
         system = self.system_prompt
         if self.summary:
             system += f"\n\nSummary of the call so far: {self.summary}"
-        return [ChatMessage("system", system), *self.turns]
+        shown = [
+            dataclasses.replace(m, content=result_for_model(m.content)) if m.role == "tool" else m
+            for m in self.turns
+        ]
+        return [ChatMessage("system", system), *shown]
 
     # -- saved with the call, so that another worker can carry it on ----------------
 

@@ -45,6 +45,7 @@ from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
 from voxpipe.conversation.services import Services
+from voxpipe.conversation.spoken import SpeechFilter, instead_of_markup
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.conversation.tool_step import (
     MAX_TOOL_ROUNDS,
@@ -117,6 +118,7 @@ class Reply:
     respond: bool = True  # False: only transcribe; the turn joins the history unanswered
     text: str | None = None  # words to say as they are (a greeting): no LLM
     user_message: ChatMessage | None = None  # the caller's words, put in the history early
+    tool_choice: str | None = None  # this reply's own (a Realtime response's); None: the session's
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -320,6 +322,19 @@ class Reply:
 
         async def think() -> None:
             chunker, counters = ClauseChunker(cfg.chunker), self.timeline.counters
+            speech = SpeechFilter()  # between the model's text and all that it goes to
+
+            async def say(words: str) -> str:
+                """Words the caller may hear (``speech``'s): sent, chunked and spoken."""
+                if words:
+                    await stop_guard()  # the answer has begun
+                    audio.first_words.set()
+                    self.generated += words
+                    await self._emit(ResponseTextDelta(turn_id, words))
+                    for clause in chunker.push(words):
+                        await audio.clause(clause)
+                return words
+
             messages = self._prompt()
             try:
                 for round_no in itertools.count():
@@ -330,6 +345,7 @@ class Reply:
                         tools_round = ToolRound(speaking, ctx.ledger)
                     calls: list[ToolCallRequest] = []
                     text = ""  # this request's words
+                    wrote = False  # the model wrote text, which may all have been markup
                     with stages.llm(clock, used):
                         approved = self._approved(round_no, tools_round)
                         stream = (
@@ -342,24 +358,24 @@ class Reply:
                                 if cancel.cancelled:
                                     break
                                 if isinstance(item, str):
-                                    await stop_guard()  # the answer has begun
                                     stages.token()
                                     if self.urgency.late and "late" not in counters:
                                         chunker.hurry()  # shed work: past capacity
                                         counters["late"] = True
-                                    audio.first_words.set()
-                                    self.generated += item
-                                    text += item
-                                    await self._emit(ResponseTextDelta(turn_id, item))
-                                    for clause in chunker.push(item):
-                                        await audio.clause(clause)
+                                    wrote = True
+                                    text += await say(speech.push(item))
                                 elif tools_round is not None:  # a call: say what came before
+                                    text += await say(speech.flush())
                                     for clause in chunker.flush():
                                         await audio.clause(clause)
                                     if isinstance(item, ToolCallDelta):
                                         await tools_round.writing(item)
                                     else:
                                         calls.append(item)
+                    if not cancel.cancelled:
+                        text += await say(speech.flush())
+                        if wrote and not text.strip() and not calls:  # only markup
+                            text += await say(instead_of_markup(messages))
                     if round_no:
                         stages.llm_again(clock, used)
                     if cancel.cancelled or not calls or tools_round is None:
@@ -419,7 +435,7 @@ class Reply:
         answering = not round_no and self.audio is None and ends_on_result(self.ctx.history())
         if round_no >= MAX_TOOL_ROUNDS or self._tools_closed or answering:
             return tools, "none"
-        return tools, ledger.tool_choice if round_no == 0 else "auto"
+        return tools, (self.tool_choice or ledger.tool_choice) if round_no == 0 else "auto"
 
     def _stream(
         self,
@@ -444,6 +460,14 @@ class Reply:
             urgency=self.urgency,
         )
 
+    def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
+        """A caller's plain yes to the call read back last turn: that call is this
+        request's, with no model asked (``confirmation.py``)."""
+        ledger = self.ctx.ledger
+        if round_no or tools is None or ledger is None or self.audio is None:
+            return None
+        return ledger.approved(self.transcript)
+
     def _commit_turn(self) -> None:
         """A call is about to be recorded: the caller's words go into the history first."""
         if self.user_message is None and self.audio is not None:
@@ -464,14 +488,6 @@ class Reply:
 
     @property
     def kept_text(self) -> str:
-    def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
-        """A caller's plain yes to the call read back last turn: that call is this
-        request's, with no model asked (``confirmation.py``)."""
-        ledger = self.ctx.ledger
-        if round_no or tools is None or ledger is None or self.audio is None:
-            return None
-        return ledger.approved(self.transcript)
-
         """The assistant text the caller heard (all of it unless interrupted)."""
         return (self.heard_text if self.heard_text is not None else self.generated).strip()
 
@@ -488,6 +504,8 @@ class Reply:
         self.stages.done(self.status, self.kept_text)  # a discarded turn's span says so
         if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
+        if self.ctx.ledger is not None:
+            self.ctx.ledger.turn_done(self.turn_id)  # a readback is answered by one turn only
         self.stages.split(self.tracker.started_playing_ns())
         tl.counters.update(
             status=self.status,
@@ -508,8 +526,6 @@ class Reply:
         if self.kept_text:
             self.ctx.recorder.message(self.turn_id, "assistant", self.kept_text, self.status)
         self.ctx.recorder.turn_finished(record)
-        if self.ctx.ledger is not None:
-            self.ctx.ledger.turn_done(self.turn_id)  # a readback is answered by one turn only
         await asyncio.to_thread(services.turn_log.write, record)
         if self.ctx.closed:
             return  # nothing is sent on a closed call, not even response.done
@@ -530,16 +546,6 @@ class Reply:
             await self._emit(TurnMetrics(self.turn_id, record))
 
 
-def _alone(error: BaseException) -> BaseException:
-    """The one error a task group failed with, unwrapped (it wraps even a single one)."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
-async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:
-    """Words said as they are (a greeting), in place of the LLM's."""
-    yield text
 async def _called(call: ToolCallRequest) -> AsyncGenerator[LlmOutput, None]:
     """A call the caller approved, in place of the LLM's output."""
     yield call
@@ -552,3 +558,6 @@ def _alone(error: BaseException) -> BaseException:
     return error
 
 
+async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:
+    """Words said as they are (a greeting), in place of the LLM's."""
+    yield text

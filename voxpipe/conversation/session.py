@@ -317,6 +317,7 @@ class Session(ClientCommands):
         held: bool,
         respond: bool = True,
         text: str | None = None,
+        tool_choice: str | None = None,
     ) -> Reply:
         # A summary may run while the caller speaks; the reply needs the LLM after its STT.
         self.summarizer.pause()
@@ -329,6 +330,7 @@ class Session(ClientCommands):
             on_finish=self._on_reply_finished,
             respond=respond,
             text=text,
+            tool_choice=tool_choice,
         )
 
     def greet(self) -> int | None:

@@ -205,7 +205,8 @@ class ItemTruncate(_ClientEvent):
 
 class ResponseIn(_Strict):
     """``response`` of ``response.create``: only the default conversation is supported;
-    per-response overrides are accepted and not applied (``docs/openai-realtime.md``)."""
+    of the per-response overrides only ``tool_choice`` applies, the others are accepted
+    and not applied (``docs/openai-realtime.md``)."""
 
     conversation: str | None = None
     input: list[Any] | None = None

@@ -28,7 +28,7 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.session import Session
 from voxpipe.transports.realtime_audio import OutboundAudio
-from voxpipe.transports.realtime_client_events import ResponseCancel, ResponseCreate
+from voxpipe.transports.realtime_client_events import ResponseCancel, ResponseCreate, ResponseIn
 from voxpipe.transports.realtime_function_calls import FunctionCalls
 from voxpipe.transports.realtime_items import AnyItem, Item, Items
 from voxpipe.transports.realtime_session import SessionSettings
@@ -96,8 +96,19 @@ class Responses:
                 f"Conversation already has an active response in progress{where}. Wait until "
                 "the response is finished before creating a new one.",
             )
-        response = self._start(self.session.respond())
+        choice = self._tool_choice(params) if params is not None else None
+        response = self._start(self.session.respond(tool_choice=choice))
         response.metadata = params.metadata if params is not None else None
+
+    def _tool_choice(self, params: ResponseIn) -> str | None:
+        """A response's own ``tool_choice``, checked as the session's is (a name must be
+        one of ``session.tools``); None: the session's applies."""
+        if params.tool_choice is None:
+            return None
+        try:
+            return self.settings().tools.updated(None, params.tool_choice, True).choice
+        except RealtimeError as error:
+            raise RealtimeError(error.code, error.message, "response.tool_choice") from None
 
     async def cancel(self, payload: dict[str, Any]) -> None:
         cancel = ResponseCancel.model_validate(payload)

@@ -24,6 +24,7 @@ from voxpipe.conversation.events import (
     TurnMetrics,
 )
 from voxpipe.conversation.services import Filler
+from voxpipe.conversation.spoken import SAY_THE_RESULT
 from voxpipe.conversation.tool_step import MAX_SILENCE_S, PHRASE_AFTER_S, phrases_of
 
 
@@ -67,7 +68,9 @@ async def test_a_call_runs_once_and_its_result_is_in_the_history_before_the_answ
     second = llm.calls[1]
     assert [m.role for m in second] == ["system", "user", "assistant", "tool"]
     assert second[0].content == "You book tables at Chez Test."  # the agent's instructions
-    assert json.loads(second[-1].content) == {"booked": True, "name": "Smith"}
+    result, request = second[-1].content.split("\n")  # the result, and what to do with it
+    assert json.loads(result) == {"booked": True, "name": "Smith"}
+    assert request == SAY_THE_RESULT
     assert second[-1].tool_call_id == "call_1"
     history = call.session.history.turns
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]

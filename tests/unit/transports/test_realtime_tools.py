@@ -63,6 +63,7 @@ class FakeSession:
         self.outputs: list[tuple[str, str]] = []
         self.calls: list[tuple[str, str, str]] = []
         self.turns = 0
+        self.tool_choices: list[str | None] = []  # each response's own; None: the session's
 
     def add_tool_output(self, call_id: str, output: str) -> bool:
         if call_id not in self.awaiting:
@@ -79,8 +80,9 @@ class FakeSession:
         self.calls.append((call_id, name, arguments_json))
         return True
 
-    def respond(self) -> int:
+    def respond(self, say: str | None = None, tool_choice: str | None = None) -> int:
         self.turns += 1
+        self.tool_choices.append(tool_choice)
         return self.turns
 
 
@@ -358,3 +360,32 @@ async def test_a_bad_function_item_is_refused(item: dict[str, Any], code: str, p
         await wire.edits.create(create(**item))
     assert (refused.value.code, refused.value.param) == (code, param), refused.value.message
     assert not wire.events and wire.session.awaiting == {"call_1"}
+
+
+# -- a response's own tool_choice ------------------------------------------------------
+
+
+async def test_a_response_s_own_tool_choice_is_its_reply_s() -> None:
+    wire = Wire(Dialect.GA)
+    wire.settings = settings(tools=[BOOK], tool_choice="none")
+    await wire.responses.create({"type": "response.create"})
+    wire.responses.done(done(1))
+    await wire.responses.create(
+        {"type": "response.create", "response": {"tool_choice": "required"}}
+    )
+    wire.responses.done(done(2))
+    named = {"type": "function", "name": "book_table"}
+    await wire.responses.create({"type": "response.create", "response": {"tool_choice": named}})
+    assert wire.session.tool_choices == [None, "required", "book_table"]
+
+
+@pytest.mark.parametrize("choice", [{"type": "function", "name": "order_pizza"}, 3, ""])
+async def test_a_bad_response_tool_choice_is_refused_and_starts_nothing(choice: Any) -> None:
+    wire = Wire(Dialect.GA)
+    wire.settings = settings(tools=[BOOK])
+    with pytest.raises(RealtimeError) as refused:
+        await wire.responses.create(
+            {"type": "response.create", "response": {"tool_choice": choice}}
+        )
+    assert (refused.value.code, refused.value.param) == ("invalid_value", "response.tool_choice")
+    assert wire.session.turns == 0 and not wire.of("response.created")
