@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voxpipe.agent import Tool, Toolbox, ToolCall, ToolEffect, ToolResult, ToolStatus
+from voxpipe.agent.call_context import NO_CALL, CallContext
+from voxpipe.conversation.confirmation import Consent, PendingAction, consent_in
 from voxpipe.conversation.events import Event, ToolFinished
 from voxpipe.conversation.history import History
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
 from voxpipe.observability.metrics import Metrics
 
-from voxpipe.agent.call_context import NO_CALL, CallContext
-from voxpipe.conversation.confirmation import Consent, PendingAction, consent_in
 log = logging.getLogger("voxpipe.tools")
 
 RESTARTED = (
@@ -55,6 +55,9 @@ UNKNOWN_SAID = (
 )
 CLOSE_GRACE_S = 1.0  # past a running tool's own timeout, before its outcome is unknown
 RUNNING = '{"status":"running","note":"still running: its result follows when it is done"}'
+MAX_RESULT_CHARS = 4000
+"""A result longer than this reaches the model cut, with a note: a 200 KB record fills the
+context, and the model shown it recited its tool list instead of answering."""
 
 
 class ToolRefused(ValueError):
@@ -71,19 +74,6 @@ class ToolRefused(ValueError):
 class ToolRun:
     """One execution of one call, in a task of the ledger."""
 
-MAX_RESULT_CHARS = 4000
-"""A result longer than this reaches the model cut, with a note: a 200 KB record fills the
-context, and the model shown it recited its tool list instead of answering."""
-
-
-class ToolRefused(ValueError):
-    """A client's tools or tool record that would reach the server's own tools.
-    ``where``: the part at fault, relative to what the client gave (``"2.name"``: the third
-    tool's name; ``"call_id"``)."""
-
-    def __init__(self, message: str, where: str) -> None:
-        super().__init__(message)
-        self.where = where
     turn_id: int
     request: ToolCallRequest
     tool: Tool | None  # None: no such tool (the toolbox answers with an error)
@@ -125,19 +115,19 @@ class ToolLedger:
         metrics: Metrics,
         notify: Callable[[Event], Awaitable[None]],
         closed: Callable[[], bool],
+        context: Callable[[], CallContext] = lambda: NO_CALL,
     ) -> None:
+        """``context`` says who is calling, as the server knows it (``call_context.py``):
+        every server tool call gets it; the model never writes it."""
         self.toolbox = toolbox
+        self._context = context
+        self.pending: PendingAction | None = None  # a readback awaiting the caller's yes
         self._history = history
         self._recorder = recorder
         self._persist = persist
         self._metrics = metrics
-        context: Callable[[], CallContext] = lambda: NO_CALL,
         self._notify = notify
-        """``context`` says who is calling, as the server knows it (``call_context.py``):
-        every server tool call gets it; the model never writes it."""
         self._closed = closed
-        self._context = context
-        self.pending: PendingAction | None = None  # a readback awaiting the caller's yes
         self._client_tools: dict[str, ToolSpec] = {}
         self.tool_choice = "auto"
         self._runs: dict[str, ToolRun] = {}  # running now, by call id
@@ -295,6 +285,7 @@ class ToolLedger:
         self, turn_id: int, name: str, call_id: str, content: str, status: str
     ) -> None:
         self._answered.add(call_id)
+        content = bounded(content)
         message = ChatMessage("tool", content, tool_call_id=call_id)
         anchor = self._result_anchor(call_id)
         if anchor is None or not self._history.insert_after(anchor, message):
@@ -322,7 +313,6 @@ class ToolLedger:
         the caller barged in on) reads as running, so the model does not call it again."""
         if not self._runs:
             return messages
-        content = bounded(content)
         shown: list[ChatMessage] = []
         waiting: list[str] = []
         for message in messages:
@@ -334,33 +324,6 @@ class ToolLedger:
         shown += [ChatMessage("tool", RUNNING, tool_call_id=c) for c in waiting]
         return shown
 
-    # -- a restore on another worker, and the end of the call -----------------------------
-
-    def saved(self) -> dict[str, Any]:
-        return {"tool_reruns": sorted(self._reruns)}
-
-    def restore(self, state: dict[str, Any], turn_id: int) -> list[ToolRun]:
-        """Take up the calls of a restored history: those with a result are done; a server
-        tool's call with none was running when its worker died. An idempotent tool runs it
-        once more (never twice); for any other the model reads that its outcome is unknown.
-        A client tool's call waits for the client. Returns the runs started again."""
-        self._reruns = set(state.get("tool_reruns") or ())
-        self._answered = {m.tool_call_id for m in self._history.turns if m.role == "tool"}
-        self.unknown_after_restore = []
-        started: list[ToolRun] = []
-        for request in _calls(self._history.turns):
-            tool = self.toolbox.get(request.name)
-            if request.call_id in self._answered or tool is None:
-                continue
-            again = tool.policy.idempotent and request.call_id not in self._reruns
-            log.info(
-                "tool call %s (%s) was running when its worker died: %s",
-                request.call_id,
-                request.name,
-                "run again" if again else "its outcome is unknown",
-            )
-            if again:
-                self._reruns.add(request.call_id)
     # -- calls that wait for the caller's yes (``confirmation.py``) ----------------------
 
     def hold(self, action: PendingAction) -> None:
@@ -395,6 +358,33 @@ class ToolLedger:
         if self.pending is not None and self.pending.turn_id < turn_id:
             self.pending = None
 
+    # -- a restore on another worker, and the end of the call -----------------------------
+
+    def saved(self) -> dict[str, Any]:
+        return {"tool_reruns": sorted(self._reruns)}
+
+    def restore(self, state: dict[str, Any], turn_id: int) -> list[ToolRun]:
+        """Take up the calls of a restored history: those with a result are done; a server
+        tool's call with none was running when its worker died. An idempotent tool runs it
+        once more (never twice); for any other the model reads that its outcome is unknown.
+        A client tool's call waits for the client. Returns the runs started again."""
+        self._reruns = set(state.get("tool_reruns") or ())
+        self._answered = {m.tool_call_id for m in self._history.turns if m.role == "tool"}
+        self.unknown_after_restore = []
+        started: list[ToolRun] = []
+        for request in _calls(self._history.turns):
+            tool = self.toolbox.get(request.name)
+            if request.call_id in self._answered or tool is None:
+                continue
+            again = tool.policy.idempotent and request.call_id not in self._reruns
+            log.info(
+                "tool call %s (%s) was running when its worker died: %s",
+                request.call_id,
+                request.name,
+                "run again" if again else "its outcome is unknown",
+            )
+            if again:
+                self._reruns.add(request.call_id)
                 started.append(self.start(turn_id, request))
             else:
                 run = ToolRun(turn_id, request, tool)
@@ -425,6 +415,18 @@ class ToolLedger:
         await asyncio.gather(*(run.task for run in runs), return_exceptions=True)
 
 
+def bounded(content: str) -> str:
+    """A result as the model is shown it: cut at :data:`MAX_RESULT_CHARS`, saying so."""
+    if len(content) <= MAX_RESULT_CHARS:
+        return content
+    note = {
+        "note": f"the result was {len(content)} characters; only its start is shown. "
+        "Answer from it, or ask the caller to narrow the request",
+        "start": content[:MAX_RESULT_CHARS],
+    }
+    return json.dumps(note, ensure_ascii=False, separators=(",", ":"))
+
+
 def _key(call: ToolCallRequest) -> tuple[str, str]:
     return call.name, json.dumps(dict(call.arguments), sort_keys=True, default=str)
 
@@ -440,15 +442,3 @@ def _since(started_ns: int) -> float:
 def _left_s(run: ToolRun) -> float:
     timeout = run.tool.policy.timeout_s if run.tool is not None else 0.0
     return max(0.0, timeout - _since(run.started_ns))
-def bounded(content: str) -> str:
-    """A result as the model is shown it: cut at :data:`MAX_RESULT_CHARS`, saying so."""
-    if len(content) <= MAX_RESULT_CHARS:
-        return content
-    note = {
-        "note": f"the result was {len(content)} characters; only its start is shown. "
-        "Answer from it, or ask the caller to narrow the request",
-        "start": content[:MAX_RESULT_CHARS],
-    }
-    return json.dumps(note, ensure_ascii=False, separators=(",", ":"))
-
-
