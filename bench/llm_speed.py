@@ -14,11 +14,13 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
 
+RESTAURANT = Path(__file__).resolve().parent.parent / "examples/restaurant/agent.py"
 SENTENCES = (
     "Hi, I would like to book a table for four people tomorrow evening at seven.",
     "Do you have anything free on Saturday around eight for two of us?",
@@ -53,10 +55,11 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from examples.restaurant.agent import agent
+    from voxpipe.agent.loader import load_agent
     from voxpipe.engines.llama_llm import LlamaLlm
     from voxpipe.engines.loader import llm_model_path
 
+    agent = load_agent(f"{RESTAURANT}:agent")
     config = Config.load(args.config)
     config = config.model_copy(
         update={"llm": config.llm.model_copy(update={"model": args.llm, "model_path": None})}

@@ -147,6 +147,20 @@ def test_gemma_talks_through_its_template(gemma: LlamaLlm) -> None:
     assert words(items)
 
 
+def test_gemma_talks_after_the_agents_greeting(gemma: LlamaLlm) -> None:
+    """Gemma's template refuses an assistant turn first; the engine joins the turns so it
+    takes them, and the call's next turn still extends the prompt of the one before."""
+    greeting = ChatMessage("assistant", "Chez Voxpipe, good evening. How can I help?")
+    first = [SYSTEM, greeting, ChatMessage("user", "Are you open tonight?")]
+    items, _ = reply(gemma, first)
+    answer = words(items)
+    assert answer
+    then = [*first, ChatMessage("assistant", answer), ChatMessage("user", "Thank you.")]
+    before, _ = gemma.prompt_tokens(first, add_header=False)
+    after, _ = gemma.prompt_tokens(then)
+    assert after[: len(before)] == before
+
+
 def test_gemma_calls_through_the_generic_json_grammar(gemma: LlamaLlm) -> None:
     """A base model of 270M parameters knows no tool format; the grammar makes its call
     valid, and the caller's details come from the request."""

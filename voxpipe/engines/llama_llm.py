@@ -37,7 +37,7 @@ import ctypes
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -54,7 +54,13 @@ from voxpipe.engines.base import (
 from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
 from voxpipe.engines.llama_batch import BatchedLlama, ComputeTurns
 from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
-from voxpipe.engines.llama_template import ChatTemplate, Segment, model_template
+from voxpipe.engines.llama_template import (
+    ChatTemplate,
+    ChatTemplateError,
+    Segment,
+    alternating,
+    model_template,
+)
 from voxpipe.engines.llama_tools import LlamaToolCalls, choose_family, single_token
 from voxpipe.engines.qwen_tools import MarkupFilter
 from voxpipe.engines.reply_rules import DEFAULT_ECHO_RUN, ReplyRules
@@ -132,6 +138,7 @@ class LlamaLlm:
         self._state_lock = threading.Lock()  # states and owner: short critical sections only
         self.template = self._template(model_path, chat_template)
         self._tokens: dict[tuple[str, bool], list[int]] = {}
+        self._alternate = False  # set once the template refuses turns out of alternation
         self.family: ToolFamily | None = choose_family(
             self.template.source,
             str(self._llm.metadata.get("general.architecture", "")),
@@ -211,17 +218,15 @@ class LlamaLlm:
             self._refuse_tools()
         convert = self.family.chat if tools and self.family else native_chat
         chat, template_tools = convert(messages, tools, self.template.supports_tools)
-        n_system = 0
-        while n_system < len(chat) and chat[n_system]["role"] == "system":
-            n_system += 1
-        turns = [n_system] if n_system else []
-        turns += [
-            i for i in range(n_system + 1, len(chat))
-            if not (chat[i]["role"] == "tool" and chat[i - 1]["role"] == "tool")
-        ]  # fmt: skip
-        if len(chat) > n_system:
-            turns.append(len(chat))
-        pieces, generation = self.template.turn_texts(chat, turns, template_tools)
+        if self._alternate:
+            chat = alternating(chat)
+        try:
+            pieces, generation, n_system = self._turn_texts(chat, template_tools)
+        except ChatTemplateError:
+            if self._alternate:
+                raise
+            self._alternate = True  # a template that wants user and assistant in turn
+            pieces, generation, n_system = self._turn_texts(alternating(chat), template_tools)
         head: list[int] = []
         rest: list[list[int]] = []
         for end, segments in pieces:
@@ -235,6 +240,24 @@ class LlamaLlm:
             if first[:1] != [self._bos]:
                 head = [self._bos, *head]
         return head, rest, self._segments_tokens(generation)
+
+    def _turn_texts(
+        self, chat: list[dict[str, Any]], template_tools: list[dict[str, Any]] | None
+    ) -> tuple[list[tuple[int, list[Segment]]], list[Segment], int]:
+        """The template's turns of ``chat`` (a run of tool results is one turn), its
+        generation prompt, and how many system messages lead it."""
+        n_system = 0
+        while n_system < len(chat) and chat[n_system]["role"] == "system":
+            n_system += 1
+        turns = [n_system] if n_system else []
+        turns += [
+            i for i in range(n_system + 1, len(chat))
+            if not (chat[i]["role"] == "tool" and chat[i - 1]["role"] == "tool")
+        ]  # fmt: skip
+        if len(chat) > n_system:
+            turns.append(len(chat))
+        pieces, generation = self.template.turn_texts(chat, turns, template_tools)
+        return pieces, generation, n_system
 
     def prompt_tokens(
         self,

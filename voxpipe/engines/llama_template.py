@@ -171,6 +171,27 @@ class ChatTemplate:
         return pieces, _after(whole, done)
 
 
+def alternating(chat: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``chat`` as templates that insist on user and assistant turns in turn take it
+    (Gemma's, Mistral's): consecutive turns of one role joined, and an empty user turn
+    before an assistant that speaks first (an agent's greeting). Tool turns count as the
+    user's. Only used when the template refused ``chat`` as it was."""
+    out: list[dict[str, Any]] = []
+    for message in chat:
+        item = dict(message)
+        if item["role"] == "tool":
+            item = {"role": "user", "content": str(item.get("content") or "")}
+        previous = out[-1] if out else None
+        if previous is not None and previous["role"] == item["role"] != "system":
+            joined = [str(previous.get("content") or ""), str(item.get("content") or "")]
+            previous["content"] = "\n".join(part for part in joined if part)
+            continue
+        if item["role"] == "assistant" and (previous is None or previous["role"] == "system"):
+            out.append({"role": "user", "content": ""})
+        out.append(item)
+    return out
+
+
 def _flat(segments: Sequence[Segment]) -> list[tuple[str, bool]]:
     """Segments merged where adjacent ones are of one kind (comparison form)."""
     out: list[tuple[str, bool]] = []

@@ -11,7 +11,12 @@ import pytest
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
 from voxpipe.engines.json_tools import GENERIC, text_chat
 from voxpipe.engines.llama3_tools import LLAMA3
-from voxpipe.engines.llama_template import ChatTemplate, ChatTemplateError, model_template
+from voxpipe.engines.llama_template import (
+    ChatTemplate,
+    ChatTemplateError,
+    alternating,
+    model_template,
+)
 from voxpipe.engines.llama_tools import choose_family
 from voxpipe.engines.qwen_tools import QWEN, parse_call
 from voxpipe.engines.tool_family import ToolsUnsupportedError, native_chat
@@ -181,3 +186,27 @@ def test_a_broken_template_is_a_typed_error_naming_the_model_file(source: str, s
     with pytest.raises(ChatTemplateError, match=says) as raised:
         ChatTemplate(source, "<s>", "</s>", "broken.gguf")
     assert str(raised.value).startswith("broken.gguf")
+
+
+def test_a_template_that_wants_turns_in_turn_takes_a_greeting_first_when_alternated() -> None:
+    """Gemma's template refuses an agent that speaks first, and two user turns in a row
+    (the caller spoke again before the reply); joined and led by an empty user turn, the
+    conversation renders, every message's words in it."""
+    gemma = template("gemma3")
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "assistant", "content": "Luigi's, good evening."},
+        {"role": "user", "content": "Hello."},
+        {"role": "user", "content": "Are you open?"},
+    ]
+    with pytest.raises(ChatTemplateError, match="roles must alternate"):
+        gemma.render(chat, None, generation=True)
+    fixed = alternating(chat)
+    assert [m["role"] for m in fixed] == ["system", "user", "assistant", "user"]
+    assert fixed[3]["content"] == "Hello.\nAre you open?"
+    rendered = text(gemma.render(fixed, None, generation=True))
+    assert rendered == (
+        "<bos><start_of_turn>user\nBe brief.\n\n<end_of_turn>\n<start_of_turn>model\n"
+        "Luigi's, good evening.<end_of_turn>\n<start_of_turn>user\nHello.\nAre you open?"
+        "<end_of_turn>\n<start_of_turn>model\n"
+    )
