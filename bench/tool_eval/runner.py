@@ -135,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
             **scores,
         }
         outcomes += _outcomes(requests, answers)
+        _write(args.out, {**results, "summary": scoring.summary(scored), "outcomes": outcomes})
     if chosen:
         results["summary"] = scoring.summary(scored)
     if read:
@@ -148,10 +149,15 @@ def main(args: argparse.Namespace) -> int:
     results["outcomes"] = outcomes
     print()
     print(report.render(results))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    _write(args.out, results)
     print(f"\nwrote {args.out}")
     return 0
+
+
+def _write(out: Path, results: dict[str, Any]) -> None:
+    """Written after each agent too, so a run cut short keeps the agents it finished."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 def _outcomes(utterances: list[Utterance], outcomes: list[Outcome]) -> list[dict[str, Any]]:
