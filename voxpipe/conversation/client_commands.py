@@ -164,8 +164,8 @@ class ClientCommands:
         self: SessionParts, specs: Sequence[ToolSpec], tool_choice: str = "auto"
     ) -> None:
         """The client's own tools, and its ``tool_choice`` ("auto", "none", "required" or a
-        tool's name: only that one is offered; "required" cannot force a call and offers
-        them all). The model is offered the agent's tools and these; a call to one of these
+        tool's name, which the engine forces: every tool stays in the prompt, so its cached
+        prefix holds). The model is offered the agent's tools and these; a call to one of these
         ends the reply (``ToolStarted`` executor "client") and waits for
         :meth:`add_tool_output`. A tool named as one of the agent's is refused
         (:class:`~voxpipe.conversation.tool_ledger.ToolRefused`), and nothing changes."""
