@@ -273,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--audio-dir", type=Path, default=Path("var/tool-eval-audio"), help="the voiced cache"
     )
     tool_eval.add_argument("--quiet", action="store_true", help="no lines per utterance")
+    tool_eval.add_argument(
+        "--rescore",
+        type=Path,
+        metavar="JSON",
+        help="score a run's answers again (today's scoring and invented-fact checker), no model",
+    )
     tool_eval.add_argument("--out", type=Path, default=Path("bench-results/tool-eval.json"))
     tool_eval.set_defaults(func=cmd_tool_eval)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from bench.tool_eval import dataset, report, scoring
 from bench.tool_eval.dataset import EvalAgent, Utterance
-from bench.tool_eval.outcome import Outcome
+from bench.tool_eval.outcome import CalledTool, Outcome
 from voxpipe.agent import Agent, default_agent, load_agent
 from voxpipe.config import Config
 
@@ -53,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
     from bench.tool_eval import engines_mode, server_mode
     from bench.tool_eval.voices import Voices
 
+    if args.rescore:
+        return rescore(args.rescore, args.out)
     if args.server and args.text:
         raise SystemExit("--text is for --engines: a server hears speech")
     config = Config.load(args.config)
@@ -119,11 +121,8 @@ def main(args: argparse.Namespace) -> int:
         half = "held out" if eval_agent.held_out else "tuning"
         print(f"agent {eval_agent.name} ({half}): {len(requests)} requests", flush=True)
         answers = ask(agent, requests, progress("request", eval_agent.held_out))
-        normalize = (
-            scoring.restaurant_normalizer()
-            if agent is None
-            else scoring.normalizer_for(eval_agent, agent)
-        )
+        # the expected arguments are for the agent's own tools, whoever was asked
+        normalize = scoring.normalizer_for(eval_agent, load_agent(eval_agent.ref))
         scores = scoring.score_requests(
             list(zip(requests, answers, strict=True)), normalize, eval_agent.facts
         )
@@ -152,6 +151,41 @@ def main(args: argparse.Namespace) -> int:
     _write(args.out, results)
     print(f"\nwrote {args.out}")
     return 0
+
+
+def rescore(run: Path, out: Path) -> int:
+    """Score a run's answers again with today's scoring and checker, without a model: the
+    requests are looked up in today's data by id (an id no longer there is an error)."""
+    results = json.loads(run.read_text())
+    answers = {o["id"]: _outcome(o) for o in results.get("outcomes", []) if o["kind"] == "request"}
+    scored = []
+    for eval_agent in dataset.select(dataset.agents(), ",".join(results.get("agents", {}))):
+        if eval_agent.name not in results["agents"]:
+            continue
+        pairs = [(u, answers[u.id]) for u in eval_agent.requests if u.id in answers]
+        normalize = scoring.normalizer_for(eval_agent, load_agent(eval_agent.ref))
+        scores = scoring.score_requests(pairs, normalize, eval_agent.facts)
+        scored.append((eval_agent, scores))
+        results["agents"][eval_agent.name].update(scores)
+    if scored:
+        results["summary"] = scoring.summary(scored)
+    results["rescored_from"] = str(run)
+    print(report.render(results))
+    _write(out, results)
+    print(f"\nwrote {out}")
+    return 0
+
+
+def _outcome(row: dict[str, Any]) -> Outcome:
+    return Outcome(
+        row["id"],
+        heard=row["heard"],
+        reply=row["reply"],
+        calls=[CalledTool(c["name"], c["arguments"]) for c in row["calls"]],
+        error=row["error"],
+        seconds=row["seconds"],
+        router=row.get("router", {}),
+    )
 
 
 def _write(out: Path, results: dict[str, Any]) -> None:

@@ -3,6 +3,8 @@ checker, without a model."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -289,3 +291,38 @@ def test_a_held_out_agents_requests_never_reach_the_terminal(
     shown = report.render(results)
     assert "bank-secret" not in shown and "freeze_card" not in shown
     assert "bank " in shown and "mean held-out" in shown
+
+
+def test_rescore_scores_a_runs_answers_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run's JSON scored again without a model gives the same figures, for the agents it
+    ran, and a held-out agent's requests stay off the terminal."""
+    bank = _agent("bank")
+    answers = [
+        _outcome(u.id, *([(u.tool, dict(u.arguments))] if u.tool else []), reply="Hello.")
+        for u in bank.requests
+    ]
+    answers[0].reply = "Your card is frozen."  # the first request needs no tool
+    run = tmp_path / "run.json"
+    run.write_text(
+        json.dumps(
+            {
+                "mode": "engines",
+                "speech": True,
+                "today": "2026-12-05",
+                "tools_supported": True,
+                "agents": {"bank": {"held_out": True, "agent": bank.ref}},
+                "outcomes": [{"kind": "request", "agent": "bank", **o.to_dict()} for o in answers],
+            }
+        )
+    )
+    out = tmp_path / "again.json"
+    assert runner.rescore(run, out) == 0
+    again = json.loads(out.read_text())
+    row = again["summary"]["agents"]["bank"]
+    assert row["precision"] == 1.0 and row["recall"] == 1.0 and row["exact_arguments"] == 1.0
+    assert row["no_tool_accuracy"] == 1.0 and row["invented"] == 1
+    assert again["agents"]["bank"]["invented_facts"]["checked"] == 8
+    printed = capsys.readouterr().out
+    assert "bank" in printed and bank.requests[0].id not in printed
