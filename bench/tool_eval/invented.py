@@ -53,6 +53,8 @@ OWNED: Mapping[str, str] = {
         r"|\b(?:free|available) (?:tables?|rooms?|slots?|appointments?|openings?)\b"
         rf"|\b(?:is|are) (?:free|available) (?:on|at|today|tonight|tomorrow|this|{_WEEKDAY})\b"
         r"|\b(?:has|have) (?:free |open |available )?(?:appointments|slots|openings)\b"
+        r"|\bhas (?:an? |one )?(?:free |open |available )?(?:appointment|slot|opening|table|room)s?"
+        r"\b"
         r"|\byou can (?:see|come|book|have|get)\b[^.?!]*?"
         rf"\b(?:today|tonight|tomorrow|on {_WEEKDAY}|{_WEEKDAY})\b"
         r"|\bfully booked\b"

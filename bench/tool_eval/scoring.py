@@ -59,12 +59,12 @@ def restaurant_normalizer(on: dt.date | None = None) -> Normalizer:
     return normalize
 
 
-_CLOCK = re.compile(r"^(1[0-2]|0?[1-9])(?::([0-5]\d))? ?([ap])\.? ?m\.?$")
+_CLOCK = re.compile(r"^(1[0-2]|0?[1-9])(?:[: ]([0-5]\d))? ?([ap])\.? ?m\.?$")
 
 
 def plain_value(value: Any) -> Any:
     """A string argument as it is compared: lower case, words only, no leading article,
-    digits run together ("4 8 1 5" is "4815"), "3 pm" and "3:00 PM" as "15:00"."""
+    digits run together ("4 8 1 5" is "4815"), "3 pm", "3:00 PM" and "3 00 p.m." as "15:00"."""
     if not isinstance(value, str):
         return value
     text = " ".join(value.lower().split())

@@ -93,6 +93,7 @@ LUIGIS = FactChecker(
         "We clone on Sunday at 12:00 PM.",
         "Doctor Patel is free on Monday.",
         "Yes, you can see someone today.",
+        "Yes, the clinic has an appointment on Wednesday.",
         "Your booking is confirmed.",
         "We are closed on Mondays.",
         "Sorry, we're fully booked tonight.",
@@ -178,7 +179,7 @@ def test_arguments_match_after_the_tools_own_validation() -> None:
     clinic, taxi, helpdesk = _agent("clinic"), _agent("taxi"), _agent("helpdesk")
     norm = scoring.normalizer_for(clinic, load_agent(clinic.ref))
     expected = norm("book_appointment", {"name": "Lee", "day": "tuesday", "time": "10 am"})
-    for time in ("10 am", "10:00 AM", "10:00 a.m.", "10am"):
+    for time in ("10 am", "10:00 AM", "10:00 a.m.", "10am", "10 00 AM"):
         assert norm("book_appointment", {"name": "lee", "day": "tuesday", "time": time}) == expected
     assert norm("book_appointment", {"name": "Lee", "day": "tuesday", "time": "10 pm"}) != expected
     assert norm("book_appointment", {"name": "Lee", "day": "Tuesday", "time": "10 am"}) == {
