@@ -10,15 +10,21 @@ the template was rendered, token for token, so its KV reuse and its tuned figure
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
+from tests.unit.fakes import FakeStt, FakeTts, FakeVad
+from voxpipe.agent import Agent, tool
 from voxpipe.config import Config
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
+    Engines,
     LlmOutput,
     LlmUsage,
     ToolCallRequest,
@@ -26,8 +32,10 @@ from voxpipe.engines.base import (
 )
 from voxpipe.engines.llama_llm import LlamaLlm
 from voxpipe.engines.llama_template import ChatTemplateError
+from voxpipe.engines.loader import load_llm
 from voxpipe.engines.model_files import ModelFileError, ensure_llm
 from voxpipe.engines.tool_family import ToolsUnsupportedError
+from voxpipe.server.app import create_app
 
 pytestmark = pytest.mark.e2e
 
@@ -55,11 +63,14 @@ def model(name: str) -> Path:
 
 
 def reply(
-    llm: LlamaLlm, messages: list[ChatMessage], tools: list[ToolSpec] | None = None, **kw: str
+    llm: LlamaLlm,
+    messages: list[ChatMessage],
+    tools: list[ToolSpec] | None = None,
+    tool_choice: str = "auto",
 ) -> tuple[list[LlmOutput], LlmUsage]:
     usage = LlmUsage()
     stream: Iterator[LlmOutput] = llm.stream(
-        "e2e-any", messages, CancelToken(), usage, tools=tools, **kw
+        "e2e-any", messages, CancelToken(), usage, tools=tools, tool_choice=tool_choice
     )
     return list(stream), usage
 
@@ -178,3 +189,37 @@ def test_a_model_of_no_tool_family_refuses_tools_and_still_talks() -> None:
         reply(llm, [SYSTEM, REQUEST], [BOOK])
     items, _ = reply(llm, [SYSTEM, ChatMessage("user", "Hello!")])
     assert words(items)
+
+
+@tool(effect="read_only")
+async def opening_hours(day: str) -> str:
+    """When we are open."""
+    return "noon to ten"
+
+
+def test_an_agent_with_tools_on_a_model_that_refuses_them_fails_at_start_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server loads the real model, warms it, then the agent's tools are refused:
+    /readyz says why, and the log has the message, no traceback."""
+    model("gemma-3-270m")
+    config = Config.load(
+        server={"turn_log_path": None},
+        store={"path": None},
+        llm={"model": "gemma-3-270m", "chat_template": GEMMA_TEMPLATE, "tool_family": "none",
+             "n_ctx": 1024},
+    )  # fmt: skip
+
+    def engines(config: Config) -> Engines:
+        return Engines(FakeVad(), FakeStt("hello"), load_llm(config), FakeTts())
+
+    app = create_app(config, engines, agent=Agent("Be brief.", tools=[opening_hours]))
+    with caplog.at_level(logging.INFO, logger="voxpipe"), TestClient(app) as client:
+        deadline = time.monotonic() + 300
+        while (body := client.get("/readyz").json())["status"] == "loading":
+            assert time.monotonic() < deadline, body
+            time.sleep(0.1)
+    assert body["status"] == "failed"
+    assert "ToolsUnsupportedError: gemma-3-270m-q4_k_m.gguf cannot call tools" in body["error"]
+    failures = [r for r in caplog.records if r.getMessage().startswith("model loading failed")]
+    assert failures and all(r.exc_info is None for r in failures)

@@ -13,7 +13,7 @@ from voxpipe.agent import RunningAgent
 from voxpipe.config import Config
 from voxpipe.conversation.services import CallStore, Filler, Services
 from voxpipe.engines.base import BatchingLlm, Engines
-from voxpipe.engines.model_files import QWEN_FILE
+from voxpipe.engines.model_files import llm_file
 from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
@@ -102,5 +102,5 @@ def llm_model(config: Config) -> Attributes:
     """What every llm span says of the model (OpenTelemetry's gen_ai conventions)."""
     if config.llm.engine == "openai":
         return {"gen_ai.system": "openai", "gen_ai.request.model": config.remote_llm.model}
-    path = config.llm.model_path
-    return {"gen_ai.system": "llama.cpp", "gen_ai.request.model": path.name if path else QWEN_FILE}
+    path = config.llm.model_path or llm_file(config.llm.cache_dir, config.llm.model)
+    return {"gen_ai.system": "llama.cpp", "gen_ai.request.model": path.name}

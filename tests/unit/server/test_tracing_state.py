@@ -33,6 +33,8 @@ def test_the_model_is_the_embedded_file_or_the_remote_name() -> None:
         "gen_ai.system": "llama.cpp",
         "gen_ai.request.model": "qwen2.5-coder-0.5b-instruct-q4.gguf",
     }
+    pinned = Config.load(llm={"model": "qwen2.5-coder-1.5b"})
+    assert llm_model(pinned)["gen_ai.request.model"] == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     own = Config.load(llm={"model_path": Path("/models/mine.gguf")})
     assert llm_model(own)["gen_ai.request.model"] == "mine.gguf"
     remote = Config.load(llm={"engine": "openai"}, remote_llm={"model": "qwen-7b"})
