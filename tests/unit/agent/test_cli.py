@@ -44,7 +44,7 @@ def test_voxpipe_agent_lists_every_tool(tmp_path: Path, capsys: pytest.CaptureFi
     assert out[1].startswith("instructions (460 characters): You are the front desk")
     assert out[1].endswith(" …")
     assert out[2] == "greeting: Hello!"
-    assert out[3] == "tools: 6"
+    assert out[3] == "tools: 7"
     assert out[4] == (
         "  book_table  [http]  effect=mutating  idempotent=no  timeout=4 s  phrase='One moment.'"
     )
@@ -53,7 +53,7 @@ def test_voxpipe_agent_lists_every_tool(tmp_path: Path, capsys: pytest.CaptureFi
     assert "  opening_hours  [mcp]  effect=read_only  idempotent=yes  timeout=8 s" in "\n".join(out)
     assert out[-3] == "mcp servers:"
     assert out[-2].startswith(
-        f"  kitchen (stdio, {sys.executable}): 5 tools: opening_hours, cancel_booking, book,"
+        f"  kitchen (stdio, {sys.executable}): 6 tools: opening_hours, cancel_booking, book,"
     )
     assert out[-1].startswith("  gone (stdio, /nonexistent/mcp): UNAVAILABLE: MCP server gone: ")
 

@@ -47,7 +47,7 @@ def test_the_agent_starts_with_the_models_and_closes_at_shutdown() -> None:
     with TestClient(app) as client:
         wait_for(client, "ready")
         assert state.agent is not None
-        assert len(state.agent.toolbox) == 6
+        assert len(state.agent.toolbox) == 7
         connection = state.agent.connections[0]
         assert connection.connected
     assert not connection.connected  # the MCP session (and its process) ended with the server
