@@ -4,6 +4,7 @@ it; a value the caller never said is asked for; and tools are told who is callin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import CallContext, tool
 from voxpipe.conversation.confirmation import Consent, consent_in
+from voxpipe.conversation.tool_ledger import MAX_RESULT_CHARS
 
 BOOK = {"name": "Kilroy", "party_size": 2, "day": "tomorrow"}
 
@@ -111,3 +113,22 @@ async def test_a_tool_is_told_who_is_calling(make_call: Callable[..., Call]) -> 
     assert context == CallContext(
         session.owner, session.record.call_id, session.id, session.transport, None
     )
+
+
+async def test_a_huge_result_reaches_the_model_cut_and_saying_so(
+    make_call: Callable[..., Call],
+) -> None:
+    """Finding 8: after a 200 KB tool output the model recited its tool list."""
+
+    @tool(effect="read_only")
+    async def menu() -> dict[str, str]:
+        """The whole menu."""
+        return {"menu": "pasta " * 40_000}
+
+    llm = FakeLlm([called("menu")], ["We have pasta."])
+    call = make_call(llm=llm, agent=running(menu), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    shown = llm.calls[1][-1].content
+    assert len(shown) < MAX_RESULT_CHARS + 400
+    assert json.loads(shown.splitlines()[0])["note"].startswith("the result was 240013 characters")
