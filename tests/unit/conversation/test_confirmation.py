@@ -131,4 +131,4 @@ async def test_a_huge_result_reaches_the_model_cut_and_saying_so(
     await call.idle()
     shown = llm.calls[1][-1].content
     assert len(shown) < MAX_RESULT_CHARS + 400
-    assert json.loads(shown.splitlines()[0])["note"].startswith("the result was 240013 characters")
+    assert json.loads(shown.splitlines()[0])["note"].startswith("the result was 240011 characters")
