@@ -79,6 +79,12 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     return concurrency_main(args)
 
 
+def cmd_confirm_cost(args: argparse.Namespace) -> int:
+    from bench.confirm_cost import main as confirm_cost_main
+
+    return confirm_cost_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--config", type=Path)
     batch.add_argument("--out", type=Path, default=Path("bench-results/batch.json"))
     batch.set_defaults(func=cmd_batch)
+
+    confirm_cost = sub.add_parser(
+        "confirm-cost", help="what a readback and the caller's yes cost on Luigi's bookings"
+    )
+    confirm_cost.add_argument("--requests", type=int, default=12, help="spoken requests")
+    confirm_cost.add_argument("--out", type=Path, default=Path("bench-results/confirm-cost.json"))
+    confirm_cost.set_defaults(func=cmd_confirm_cost)
 
     llm_speed = sub.add_parser(
         "llm-speed", help="one embedded LLM's time to first token and decode ms/token"

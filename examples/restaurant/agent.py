@@ -20,6 +20,7 @@ on the spoken requests (``docs/benchmarks.md``).
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Annotated, Any
 
 import hours
@@ -204,6 +205,11 @@ def check_availability(date: Day, time: Time, party_size: PartySize) -> dict[str
     return {**answer, "available": False, "message": _full(date, time, party_size)}
 
 
+ASK_FIRST = os.environ.get("RESTAURANT_CONFIRM", "1") != "0"
+"""Booking and cancelling read the call back and wait for the caller's yes;
+``RESTAURANT_CONFIRM=0`` turns that off (``python -m bench confirm-cost`` measures both)."""
+
+
 def _booking_readback(arguments: dict[str, Any]) -> str:
     """What the caller hears before a booking is made: the booking, or why there can be
     none (a day gone by is said now, not after the caller's yes)."""
@@ -229,7 +235,7 @@ def _spoken_reference(reference: str) -> str:
     idempotent=False,
     timeout_s=5,
     says="message",
-    confirm=_booking_readback,
+    confirm=_booking_readback if ASK_FIRST else False,
 )
 def book_table(
     name: Name, date: Day, time: Time, party_size: PartySize, caller: CallContext
@@ -262,7 +268,7 @@ def book_table(
     idempotent=True,
     timeout_s=5,
     says="message",
-    confirm=_cancel_readback,
+    confirm=_cancel_readback if ASK_FIRST else False,
 )
 def cancel_booking(
     name: Name, date: Day, caller: CallContext, reference: Reference = None
