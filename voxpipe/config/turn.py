@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, model_validator
 
 
@@ -23,7 +25,38 @@ class TurnConfig(BaseModel):
     prefix_padding_ms: int = Field(
         300, ge=0, le=2000, description="Audio kept before detected speech start and sent to STT."
     )
-    silence_ms: int = Field(500, ge=32, le=5000, description="Silence that ends the user's turn.")
+    silence_ms: int = Field(
+        500,
+        ge=32,
+        le=5000,
+        description="Silence that ends the user's turn (end_of_turn: silence).",
+    )
+    end_of_turn: Literal["silence", "smart_turn"] = Field(
+        "silence",
+        description="What ends a turn: a fixed silence (silence_ms), or the Smart Turn model "
+        "judging, once the caller falls silent, whether what they said sounds complete: "
+        "complete ends after smart_turn_complete_ms, not yet complete after "
+        "smart_turn_max_silence_ms.",
+    )
+    smart_turn_complete_ms: int = Field(
+        200,
+        ge=64,
+        le=5000,
+        description="Silence that ends a turn the turn model judged complete.",
+    )
+    smart_turn_max_silence_ms: int = Field(
+        1300,
+        ge=64,
+        le=10000,
+        description="Silence that ends a turn the turn model judged not complete (a caller "
+        "pausing mid-sentence).",
+    )
+    smart_turn_threshold: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="The turn model's probability at or above which a turn is complete.",
+    )
     max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
     interrupt: bool = Field(
         True,
@@ -49,9 +82,18 @@ class TurnConfig(BaseModel):
     def _release_below_threshold(self) -> TurnConfig:
         if self.release_threshold is not None and self.release_threshold > self.threshold:
             raise ValueError("release_threshold must not exceed threshold")
-        if self.preempt_ms is not None and self.preempt_ms >= self.silence_ms:
+        if self.smart_turn_complete_ms > self.smart_turn_max_silence_ms:
+            raise ValueError("smart_turn_complete_ms must not exceed smart_turn_max_silence_ms")
+        if self.preempt_ms is not None and self.preempt_ms >= self.longest_silence_ms:
             self.preempt_ms = None  # the turn ends first: nothing to preempt
         return self
+
+    @property
+    def longest_silence_ms(self) -> int:
+        """The longest silence a turn can run on before it ends."""
+        if self.end_of_turn == "smart_turn":
+            return self.smart_turn_max_silence_ms
+        return self.silence_ms
 
 
 class ChunkerConfig(BaseModel):

@@ -17,6 +17,7 @@ from voxpipe.engines.queued import (
     QueuedLlm,
     QueuedStt,
     QueuedTts,
+    QueuedTurnModel,
     QueuedVad,
     Runners,
 )
@@ -117,9 +118,11 @@ class Services:
     stt: QueuedStt = field(init=False, repr=False, compare=False)
     llm: QueuedLlm = field(init=False, repr=False, compare=False)
     tts: QueuedTts = field(init=False, repr=False, compare=False)
+    turn_model: QueuedTurnModel | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         queued = QueuedEngines.of(self.engines, self.runners)
+        object.__setattr__(self, "turn_model", queued.turn)
         for name in ("vad", "stt", "llm", "tts"):
             object.__setattr__(self, name, getattr(queued, name))  # frozen: set once, here
 

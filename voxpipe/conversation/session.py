@@ -92,6 +92,7 @@ class Session(ClientCommands):
         self._window = services.vad.window_samples
         self._detector = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         self._next_detector: TurnDetector | None = None
+        self._checks: list[dict[str, float]] = []  # the turn model's verdicts in this turn
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
         self._pending = np.zeros(0, dtype=np.float32)
         self._arrivals = Arrivals()
@@ -224,7 +225,9 @@ class Session(ClientCommands):
         if event is not None and event.kind is TurnEventKind.SPEECH_STARTED:
             await self._on_speech_started(event)
             return
-        if event is not None:
+        if event is not None and event.kind is TurnEventKind.END_CANDIDATE:
+            await self._judge(event)
+        elif event is not None:
             await self._on_turn_end(event)
             return
         cfg, detector = self.turn_config, self._detector
@@ -250,6 +253,20 @@ class Session(ClientCommands):
         elif preempt.start:
             self._start_held()
 
+    async def _judge(self, event: TurnEvent) -> None:
+        """The turn model's verdict on a silence that may end the turn. Awaited before the
+        next window, so the detector's sample clock waits for it: the verdict lands on the
+        same window whatever the model's speed (the windows queue meanwhile, off the loop)."""
+        model, detector = self.services.turn_model, self._detector
+        if model is None or event.audio is None:
+            detector.judged(False)  # no model: the longest silence ends the turn
+            return
+        clock = JobClock()
+        prob = await model.probability_complete(event.audio, clock)
+        detector.judged(prob >= self.turn_config.smart_turn_threshold)
+        self._checks.append({"p": round(prob, 3), "ms": round(clock.compute_s * 1000, 1)})
+        self.services.metrics.observe_job("turn", clock.queue_s, clock.compute_s)
+
     async def _on_speech_started(self, event: TurnEvent) -> None:
         over = self._turns.speech_began()
         if over is not None:  # hold the audio first, then tell the client
@@ -263,6 +280,7 @@ class Session(ClientCommands):
     async def _on_turn_end(self, event: TurnEvent) -> None:
         assert event.audio is not None
         partials = self.partials.turn_ended().as_dict()
+        checks, self._checks = self._checks, []
         end = self._turns.turn_ended(event.speech_ms)
         if end.backchannel:  # a backchannel or a cough over the reply: not a turn
             self.counts["backchannels"] += 1
@@ -280,6 +298,8 @@ class Session(ClientCommands):
             self.counts["preempt_used"] += 1
             self.services.metrics.preemptions.labels("used").inc()
             answer.confirm.timeline.counters["partials"] = partials
+            if checks:
+                answer.confirm.timeline.counters["turn_model"] = checks
             await answer.confirm.confirm(speech_end_ns)
             return
         if answer.interrupt is not None:
@@ -289,6 +309,8 @@ class Session(ClientCommands):
         timeline.mark("speech_end", speech_end_ns)
         timeline.mark("eot")
         timeline.counters["partials"] = partials
+        if checks:
+            timeline.counters["turn_model"] = checks
         reply = self._new_reply(timeline, event.audio, held=False, respond=self.auto_respond)
         self._turns.answered(reply)
 
@@ -467,6 +489,7 @@ class Session(ClientCommands):
         fresh = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         fresh.samples = self._detector.samples
         self._detector, self._next_detector = fresh, None
+        self._checks = []
         forgotten = self._turns.reset()
         self._discard(forgotten.discarded)
         if forgotten.resume is not None:

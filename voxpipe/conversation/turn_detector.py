@@ -2,6 +2,14 @@
 
 Pure and clocked by samples, not by wall time, so it is deterministic and the
 "end of speech" it reports is the exact sample where the caller stopped.
+
+A turn ends after a fixed silence (``turn.silence_ms``), or, with ``end_of_turn:
+smart_turn``, after a silence the turn model chooses: once the caller has been silent for
+:data:`CHECK_AFTER_MS` the detector asks (an ``END_CANDIDATE`` event carrying the turn so
+far) and whoever runs the model answers with :meth:`TurnDetector.judged` before the next
+window. A turn judged complete ends after ``smart_turn_complete_ms`` of silence; one judged
+unfinished, or not judged, after ``smart_turn_max_silence_ms``. The model itself never runs
+here: its verdict is just another input, like the speech probability.
 """
 
 from __future__ import annotations
@@ -17,15 +25,21 @@ from voxpipe.config import TurnConfig
 
 class TurnEventKind(Enum):
     SPEECH_STARTED = "speech_started"
-    SPEECH_STOPPED = "speech_stopped"  # end of turn: silence lasted silence_ms
+    SPEECH_STOPPED = "speech_stopped"  # end of turn: the silence lasted long enough
+    END_CANDIDATE = "end_candidate"  # smart_turn: silence began; judge the turn so far
+
+
+# Smart Turn is asked after this much silence, not at the first quiet window: Silero dips
+# between words, and each check costs a Whisper-encoder inference (docs/benchmarks.md).
+CHECK_AFTER_MS = 64
 
 
 @dataclass(frozen=True)
 class TurnEvent:
     kind: TurnEventKind
     sample: int  # sample index (16 kHz clock) where speech started / last speech ended
-    audio: np.ndarray | None = None  # the turn's audio (float32, 16 kHz), on SPEECH_STOPPED
-    start: int = 0  # on SPEECH_STOPPED: where the turn's speech started
+    audio: np.ndarray | None = None  # the turn's audio (float32, 16 kHz): STOPPED, CANDIDATE
+    start: int = 0  # on SPEECH_STOPPED and END_CANDIDATE: where the turn's speech started
 
     @property
     def speech_ms(self) -> float:
@@ -46,7 +60,14 @@ class TurnDetector:
             else max(0.01, config.threshold - 0.15)
         )
         self._min_speech = max(1, round(config.min_speech_ms * ms / window_samples))
-        self._silence = max(1, round(config.silence_ms * ms / window_samples))
+        self._smart = config.end_of_turn == "smart_turn"
+        if self._smart:
+            self._silence = max(1, round(config.smart_turn_max_silence_ms * ms / window_samples))
+        else:
+            self._silence = max(1, round(config.silence_ms * ms / window_samples))
+        self._complete_silence = max(1, round(config.smart_turn_complete_ms * ms / window_samples))
+        self._check = max(1, round(CHECK_AFTER_MS * ms / window_samples))
+        self._complete: bool | None = None  # the turn model's verdict on this silence
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
         self._prefix: deque[np.ndarray] = deque(maxlen=pad + self._min_speech)
@@ -89,13 +110,28 @@ class TurnDetector:
         self._turn.append(window)
         if prob >= self._release:
             self._silence_run = 0
+            self._complete = None  # speech again: a verdict on the last silence is moot
             if prob >= self.cfg.threshold:
                 self._last_speech_end = self.samples
         else:
             self._silence_run += 1
-        if self._silence_run >= self._silence or len(self._turn) >= self._max_windows:
+        ends_at = self._complete_silence if self._complete else self._silence
+        if self._silence_run >= ends_at or len(self._turn) >= self._max_windows:
             return self._end_turn()
+        if self._smart and self._silence_run == self._check:
+            return TurnEvent(
+                TurnEventKind.END_CANDIDATE,
+                self._last_speech_end,
+                self.turn_audio(),
+                self._start_sample,
+            )
         return None
+
+    def judged(self, complete: bool) -> None:
+        """The turn model's verdict on the turn of the last ``END_CANDIDATE``: it holds
+        until speech resumes. Ignored outside speech (the turn ended meanwhile)."""
+        if self._in_speech and self._silence_run > 0:
+            self._complete = complete
 
     def turn_audio(self) -> np.ndarray:
         """The current turn's audio so far: up to the last speech plus a short tail."""
@@ -113,6 +149,7 @@ class TurnDetector:
         self._in_speech = False
         self._speech_run = 0
         self._silence_run = 0
+        self._complete = None
         self._turn = []
         return event
 

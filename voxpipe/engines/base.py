@@ -359,14 +359,25 @@ class TtsEngine(Protocol):
     def warmup(self) -> None: ...
 
 
+class TurnModel(Protocol):
+    """Judges from its sound whether a caller's turn is complete (``turn.end_of_turn``)."""
+
+    name: str
+
+    def probability_complete(self, audio: np.ndarray) -> float: ...
+
+    def warmup(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Engines:
-    """The four engines a server runs with."""
+    """The four engines a server runs with, and the turn model when turns end by it."""
 
     vad: VadEngine
     stt: SttEngine
     llm: LlmEngine
     tts: TtsEngine
+    turn: TurnModel | None = None
 
 
 class EngineError(RuntimeError):

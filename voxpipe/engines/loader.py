@@ -9,8 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines, LlmEngine, SttEngine, TtsEngine, VadEngine
-from voxpipe.engines.model_files import ensure_llm, llm_file, verify_file
+from voxpipe.engines.base import (
+    Engines,
+    LlmEngine,
+    SttEngine,
+    TtsEngine,
+    TurnModel,
+    VadEngine,
+)
+from voxpipe.engines.model_files import (
+    SMART_TURN,
+    ensure_llm,
+    ensure_wheel_member,
+    llm_file,
+    smart_turn_file,
+    verify_file,
+)
 
 log = logging.getLogger("voxpipe.engines")
 
@@ -42,6 +56,8 @@ def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
             else (config.llm.model_path or llm_file(config.llm.cache_dir, config.llm.model))
         )
         llm = ModelInfo("llm", "llama-cpp-python", path, config.llm.threads)
+    cache = config.llm.cache_dir
+    turn = ensure_wheel_member(cache, SMART_TURN) if assemble else smart_turn_file(cache)
     return [
         ModelInfo("vad", "silero-vad-v6 (onnxruntime)",
                   config.vad.model_path or silero_vad.default_model_path(), config.vad.threads),
@@ -50,6 +66,7 @@ def describe_models(config: Config, assemble: bool = False) -> list[ModelInfo]:
         llm,
         ModelInfo("tts", "piper (onnxruntime)",
                   config.tts.model_path or piper_tts.default_model_path(), config.tts.threads),
+        ModelInfo("turn", "smart-turn-v3.2 (onnxruntime)", turn, 1),
     ]  # fmt: skip
 
 
@@ -110,6 +127,15 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
     )
 
 
+def load_turn_model(config: Config) -> TurnModel | None:
+    """Smart Turn, when turns end by it (``turn.end_of_turn``); else no model at all."""
+    if config.turn.end_of_turn != "smart_turn":
+        return None
+    from voxpipe.engines.smart_turn import SmartTurn
+
+    return SmartTurn(ensure_wheel_member(config.llm.cache_dir, SMART_TURN), threads=1)
+
+
 def limit_numpy_threads() -> None:
     """One thread for numpy's own BLAS. Its matrix products here are small (Whisper's mel
     filter bank), and OpenBLAS's idle worker spins for about 0.1 s after each one: after
@@ -135,15 +161,17 @@ def load_engines(
         llm=load_llm(config, on_refusal),
         tts=PiperTts(config.tts.model_path, threads=config.tts.threads,
                      length_scale=config.tts.length_scale),
+        turn=load_turn_model(config),
     )  # fmt: skip
     log.info("models loaded in %.1f s", time.monotonic() - t0)
     if warm:
-        for engine in (engines.vad, engines.stt, engines.llm, engines.tts):
-            warm_one(engine)
+        for engine in (engines.vad, engines.turn, engines.stt, engines.llm, engines.tts):
+            if engine is not None:
+                warm_one(engine)
     return engines
 
 
-def warm_one(engine: VadEngine | SttEngine | LlmEngine | TtsEngine) -> None:
+def warm_one(engine: VadEngine | SttEngine | LlmEngine | TtsEngine | TurnModel) -> None:
     """One warm-up inference, timed in the log. Run it on the thread that will serve the
     engine's calls (the server's runner): see ``server/app.py``."""
     t = time.monotonic()

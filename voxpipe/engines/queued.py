@@ -29,6 +29,7 @@ from voxpipe.engines.base import (
     ToolSpec,
     Transcription,
     TtsEngine,
+    TurnModel,
     Urgency,
     VadEngine,
     VadStream,
@@ -72,6 +73,15 @@ class Queued(Generic[E]):
         """``job(engine)`` on the engine's thread: what has no method here (a warm-up)."""
         engine = self.engine
         return await self.runner.call(lambda: job(engine), clock, deadline_ns)
+
+
+class QueuedTurnModel(Queued[TurnModel]):
+    """The turn model on the VAD's runner: it judges end-of-speech candidates between VAD
+    windows, so it needs no thread of its own (one onnxruntime thread, like the VAD)."""
+
+    async def probability_complete(self, audio: np.ndarray, clock: JobClock | None = None) -> float:
+        engine = self.engine
+        return await self.runner.call(lambda: engine.probability_complete(audio), clock)
 
 
 class QueuedVad(Queued[VadEngine]):
@@ -238,6 +248,7 @@ class QueuedEngines:
     stt: QueuedStt
     llm: QueuedLlm
     tts: QueuedTts
+    turn: QueuedTurnModel | None = None
 
     @classmethod
     def of(cls, engines: Engines, runners: Runners) -> QueuedEngines:
@@ -246,8 +257,10 @@ class QueuedEngines:
             QueuedStt(engines.stt, runners.stt),
             QueuedLlm(engines.llm, runners.llm),
             QueuedTts(engines.tts, runners.tts),
+            QueuedTurnModel(engines.turn, runners.vad) if engines.turn is not None else None,
         )
 
     def all(self) -> tuple[Queued[Any], ...]:
         """In the order the server warms them."""
-        return (self.vad, self.stt, self.llm, self.tts)
+        turn = (self.turn,) if self.turn is not None else ()
+        return (self.vad, *turn, self.stt, self.llm, self.tts)
