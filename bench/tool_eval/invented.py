@@ -41,6 +41,7 @@ OWNED: Mapping[str, str] = {
     # a time of day: "7:42 PM", "12:00", "at seven o'clock", "noon" after at/from/until
     "clock_time": (
         rf"\b{_HOUR}(?::[0-5]\d)?\s*(?:a\.?\s?m\b\.?|p\.?\s?m\b\.?|o'clock\b)"
+        rf"|\b{_HOUR}(?: thirty| fifteen| forty-five)? in the (?:morning|afternoon|evening)\b"
         r"|\b(?:[01]?\d|2[0-3]):[0-5]\d\b"
         r"|\b(?:at|from|until|till|by) (?:noon|midnight)\b"
     ),
@@ -77,8 +78,9 @@ OWNED: Mapping[str, str] = {
     "on_the_way": (r"\bon (?:its|the|their) way\b|\byour (?:driver|car|taxi|cab) (?:is|will be)\b"),
     "ticket_number": r"\b(?:your|the new|a new) ticket (?:number )?(?:is )?#?\d+",
     "ticket_state": (
-        r"\b(?:ticket|it)(?: \d+)? (?:is|has been|was) (?:now )?(?:open|closed|resolved|fixed|"
-        r"in progress|assigned|escalated|being worked on|with an engineer)\b"
+        r"\b(?:ticket|it)(?: [\d,]+)? (?:is|has been|was) (?:now |currently |still )?(?:open|"
+        r"closed|resolved|fixed|in progress|assigned|escalated|being worked on|with an engineer)\b"
+        r"|\bstatus (?:is|of) \W?(?:open|closed|resolved|fixed|in progress|pending)\b"
     ),
     "room_number": r"\broom (?:number )?\d+\b",
     "order_state": (

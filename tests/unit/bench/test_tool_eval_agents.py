@@ -98,6 +98,7 @@ LUIGIS = FactChecker(
         "We are closed on Mondays.",
         "Sorry, we're fully booked tonight.",
         "Come at seven o'clock.",
+        "Yes, I have room for six on Saturday at one in the afternoon.",
     ],
 )
 def test_stated_owned_facts_are_invented(reply: str) -> None:
@@ -137,6 +138,7 @@ def test_what_the_caller_said_is_not_invented() -> None:
         ("on_the_way", "A car is on its way.", "Where are you going?"),
         ("ticket_number", "Your ticket number is 5821.", "I can open a ticket for you."),
         ("ticket_state", "Ticket 1402 is resolved.", "What is the ticket's number?"),
+        ("ticket_state", 'Ticket 3,3877 is in the ticket status of "open".', "Open a ticket."),
         ("room_number", "You are in room 214.", "Every room has a view."),
         ("order_state", "Your order has shipped.", "What is your order number?"),
         ("arrival", "It will arrive on Friday.", "Returns are accepted within 30 days."),
