@@ -31,6 +31,12 @@ def cmd_caller(args: argparse.Namespace) -> int:
     return caller_main(args)
 
 
+def cmd_turn_model(args: argparse.Namespace) -> int:
+    from bench.turn_model import main as turn_model_main
+
+    return turn_model_main(args)
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from bench.cluster import main as cluster_main
 
@@ -230,6 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stt.add_argument("--out", type=Path, default=Path("bench-results/stt.json"))
     stt.set_defaults(func=cmd_stt)
+
+    turn_model = sub.add_parser(
+        "turn-model", help="Smart Turn: cost per check, paused sentences cut, end-of-turn delay"
+    )
+    turn_model.add_argument("--loops", type=int, default=50, help="checks timed alone")
+    turn_model.add_argument(
+        "--halves", action="store_true", help="paused clips from halves synthesized apart"
+    )
+    turn_model.add_argument("--out", type=Path, default=Path("bench-results/turn-model.json"))
+    turn_model.set_defaults(func=cmd_turn_model)
 
     tool_calls = sub.add_parser(
         "tool-calls",

@@ -1,0 +1,185 @@
+"""``python -m bench turn-model``: what Smart Turn costs and what it changes for a caller.
+
+* cost: one check (features and inference, one thread) in a loop, p50/p99;
+* end-pointing, offline: Piper sentences through the real Silero VAD, the real
+  :class:`~voxpipe.conversation.turn_detector.TurnDetector` and the real model, as the
+  session drives them (each verdict before the next window), once per setting.
+  A *paused* clip is one sentence with a 0.8-1.1 s pause mid-sentence: cut if the turn
+  ends in the pause. A *complete* clip is a whole sentence: how long after its last speech
+  the turn ends.
+
+The paused clips are made by cutting the whole sentence, as Piper says it, at the quietest
+point near where its first half ends: synthesizing the first half alone gives it the
+falling pitch of a finished sentence (Piper ends every input so), which no caller pausing
+for a word has. Both kinds are reported (``--halves``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from voxpipe.config import TurnConfig
+from voxpipe.loadtest.stats import summarize
+
+RATE = 16000
+
+# (first half, rest): the caller pauses between them.
+PAUSED = [
+    ("I'd like a table for", "four people tonight."),
+    ("I want to book a room for", "two nights next week."),
+    ("I was wondering if", "you have any vegetarian dishes."),
+    ("Can you tell me when", "the restaurant opens on Sunday?"),
+]
+PAUSES_S = (0.8, 1.1)
+COMPLETE = [
+    "I'd like a table for four people tonight.",
+    "Can you tell me when the restaurant opens on Sunday?",
+    "My phone number is five five five, one two three four.",
+    "I want to book a room for two nights next week.",
+    "What time do you close today?",
+    "Please cancel my booking for Friday.",
+    "Do you have parking near the restaurant?",
+    "I was wondering if you have any vegetarian dishes.",
+]
+
+
+def _spoken(text: str) -> np.ndarray:
+    """``text`` in Piper's voice at 16 kHz, from its first loud sample to its last."""
+    import soxr
+
+    from voxpipe.engines.base import CancelToken
+    from voxpipe.engines.piper_tts import PiperTts
+
+    tts = PiperTts(None, threads=1)
+    pcm = np.concatenate(list(tts.synthesize(text, CancelToken()))).astype(np.float32) / 32768
+    audio = np.asarray(soxr.resample(pcm, tts.sample_rate, RATE), dtype=np.float32)
+    loud = np.flatnonzero(np.abs(audio) > 0.01)
+    return audio[loud[0] : loud[-1] + 1]
+
+
+def sentence_halves(first: str, rest: str, halves: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``first rest`` as Piper says it, cut where ``first`` ends (or each said alone)."""
+    if halves:
+        return _spoken(first), _spoken(rest)
+    whole, n = _spoken(f"{first} {rest}"), len(_spoken(first))
+    frame, step = 320, 80  # the quietest 20 ms within 0.25 s of the first half's length
+    starts = range(max(0, n - 4000), min(len(whole) - frame, n + 4000), step)
+    cut = min(starts, key=lambda i: float(np.sum(whole[i : i + frame] ** 2))) + frame // 2
+    return whole[:cut], whole[cut:]
+
+
+def paused_sentence(first: str, rest: str, pause_s: float, halves: bool = False) -> np.ndarray:
+    """``first rest`` said with ``pause_s`` of silence after ``first``, 0.3 s before and
+    2.3 s after: long enough for any setting to end the turn."""
+    head, tail = sentence_halves(first, rest, halves)
+    pad = np.zeros(int(0.3 * RATE), np.float32)
+    gap = np.zeros(int(pause_s * RATE), np.float32)
+    return np.concatenate([pad, head, gap, tail, pad, np.zeros(2 * RATE, np.float32)])
+
+
+def complete_sentence(text: str) -> np.ndarray:
+    pad = np.zeros(int(0.3 * RATE), np.float32)
+    return np.concatenate([pad, _spoken(text), pad, np.zeros(2 * RATE, np.float32)])
+
+
+@dataclass
+class Endpointing:
+    """One clip through VAD, detector and model: the turns' end samples and the checks."""
+
+    ends: list[int]
+    last_speech: list[int]
+    checks: list[float]
+
+
+def endpoint(audio: np.ndarray, turn: TurnConfig, vad: Any, model: Any) -> Endpointing:
+    from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
+
+    stream, window = vad.new_stream(), vad.window_samples
+    detector = TurnDetector(turn, window, RATE)
+    n = len(audio) // window
+    probs = stream.process(audio[: n * window])
+    out = Endpointing([], [], [])
+    for i, prob in enumerate(probs):
+        event = detector.push(audio[i * window : (i + 1) * window], prob)
+        if event is None or event.kind is TurnEventKind.SPEECH_STARTED:
+            continue
+        if event.kind is TurnEventKind.END_CANDIDATE:
+            assert event.audio is not None
+            t = time.perf_counter()
+            detector.judged(model.probability_complete(event.audio) >= turn.smart_turn_threshold)
+            out.checks.append(time.perf_counter() - t)
+            continue
+        out.ends.append(detector.samples)
+        out.last_speech.append(event.sample)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from voxpipe.config import Config
+    from voxpipe.engines.model_files import SMART_TURN, ensure_wheel_member
+    from voxpipe.engines.silero_vad import SileroVad
+    from voxpipe.engines.smart_turn import SmartTurn
+
+    config = Config()
+    model = SmartTurn(ensure_wheel_member(config.llm.cache_dir, SMART_TURN), threads=1)
+    vad = SileroVad(threads=1)
+    model.warmup()
+    rng = np.random.default_rng(0)
+    costs = []
+    for i in range(args.loops):
+        audio = (0.1 * rng.standard_normal(RATE * (1 + i % 8))).astype(np.float32)
+        t = time.perf_counter()
+        model.probability_complete(audio)
+        costs.append((time.perf_counter() - t) * 1000)
+    report: dict[str, Any] = {"check_ms": summarize(costs)}
+    settings = {
+        "silence": config.turn,
+        "smart_turn": config.turn.model_copy(update={"end_of_turn": "smart_turn"}),
+    }
+    paused = [
+        (f"{a} / {b} ({p} s)", paused_sentence(a, b, p, args.halves))
+        for a, b in PAUSED
+        for p in PAUSES_S
+    ]
+    complete = [(text, complete_sentence(text)) for text in COMPLETE]
+    for name, turn in settings.items():
+        cut, delays, checks, rows = 0, [], [], []
+        for label, audio in paused:
+            result = endpoint(audio, turn, vad, model)
+            cut += len(result.ends) > 1
+            checks += result.checks
+            rows.append({"clip": label, "turns": len(result.ends)})
+        for label, audio in complete:
+            result = endpoint(audio, turn, vad, model)
+            checks += result.checks
+            delay = (result.ends[0] - result.last_speech[0]) / 16 if result.ends else None
+            delays.append(delay)
+            rows.append({"clip": label, "eot_after_speech_ms": delay})
+        ended = [d for d in delays if d is not None]
+        report[name] = {
+            "paused_cut": f"{cut}/{len(paused)}",
+            "eot_after_speech_ms": summarize(ended),
+            "checks_ms": summarize([c * 1000 for c in checks]) if checks else None,
+            "clips": rows,
+        }
+    return report
+
+
+def main(args: argparse.Namespace) -> int:
+    report = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"one check alone: {report['check_ms']}")
+    for name in ("silence", "smart_turn"):
+        r = report[name]
+        print(f"{name}: paused clips cut {r['paused_cut']}; end of turn after the last speech "
+              f"of a complete sentence {r['eot_after_speech_ms']}")  # fmt: skip
+        for row in r["clips"]:
+            print(f"   {row}")
+    return 0
