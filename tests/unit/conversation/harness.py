@@ -16,7 +16,7 @@ from voxpipe.config import Config, TurnConfig
 from voxpipe.conversation.events import AudioOut, Event, ResponseDone
 from voxpipe.conversation.services import CallStore, Filler, Services
 from voxpipe.conversation.session import Session
-from voxpipe.engines.base import Engines, VadEngine
+from voxpipe.engines.base import Engines, TurnModel, VadEngine
 from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
@@ -60,6 +60,7 @@ class Call:
         tracing: Tracing | None = None,
         agent: RunningAgent | None = None,
         phrases: dict[str, Filler] | None = None,
+        turn_model: TurnModel | None = None,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
@@ -76,7 +77,7 @@ class Call:
         )
         self.services = Services(
             self.config,
-            Engines(vad or FakeVad(), self.stt, self.llm, self.tts),
+            Engines(vad or FakeVad(), self.stt, self.llm, self.tts, turn_model),
             runners,
             self.metrics,
             TurnLog(None),
