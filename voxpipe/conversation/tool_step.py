@@ -120,11 +120,15 @@ class ToolRound:
                 )
             )
         elif delta.name:
-            self._voice.keep_talking(self._phrase(delta.name))
+            self._voice.keep_talking(self._phrase(delta.name, running=False))
 
-    def _phrase(self, name: str) -> str:
+    def _phrase(self, name: str, running: bool = True) -> str:
+        """The tool's phrase; none while the model writes a call that will be read back
+        first ("Booking that for you." before "Shall I book it?" says it happened)."""
         tool = self._ledger.tool(name)
-        return tool.policy.phrase if tool is not None else ""
+        if tool is None or (tool.policy.confirm and not running):
+            return ""
+        return tool.policy.phrase
 
     async def run(self, calls: Sequence[ToolCallRequest], text: str = "") -> ToolOutcome:
         """Record ``calls`` (made after saying ``text``) and run the server's; the results
