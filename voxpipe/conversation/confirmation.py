@@ -18,6 +18,7 @@ eight" is not a yes, and a rule cannot be talked into one.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import logging
 import re
@@ -41,6 +42,8 @@ _NO = {
     "actually", "instead", "change", "but", "hold", "never",
 }  # fmt: skip
 _WORD = re.compile(r"[a-z0-9']+")
+SPELLING_MIN_CHARS = 4  # shorter words must match exactly: "ann" is not "dan"
+SPELLING_RATIO = 0.8  # difflib's similarity at which two spellings are one word heard
 _FREE_TEXT_KEYS = ("pattern", "enum", "const", "format")  # a value the schema narrows
 
 
@@ -87,9 +90,19 @@ def unheard_fields(tool: Tool, arguments: Mapping[str, Any], caller_words: str) 
         if prop.get("type") != "string" or any(k in prop for k in _FREE_TEXT_KEYS):
             continue
         words = _WORD.findall(value.lower())
-        if words and not all(w in heard for w in words):
+        if words and not all(_was_said(w, heard) for w in words):
             missing.append(name)
     return missing
+
+
+def _was_said(word: str, heard: set[str]) -> bool:
+    """``word`` is among the caller's words, or spelled like one: the STT hears "more"
+    where the model writes "Moore", "smyth" for "Smith"."""
+    if word in heard:
+        return True
+    if len(word) < SPELLING_MIN_CHARS:
+        return False
+    return any(difflib.SequenceMatcher(None, word, w).ratio() >= SPELLING_RATIO for w in heard)
 
 
 def question_for(fields: Iterable[str]) -> str:

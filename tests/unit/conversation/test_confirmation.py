@@ -14,7 +14,7 @@ from tests.unit.conversation.harness import Call
 from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import CallContext, tool
-from voxpipe.conversation.confirmation import Consent, consent_in
+from voxpipe.conversation.confirmation import Consent, consent_in, unheard_fields
 from voxpipe.conversation.tool_ledger import MAX_RESULT_CHARS
 
 BOOK = {"name": "Kilroy", "party_size": 2, "day": "tomorrow"}
@@ -132,3 +132,15 @@ async def test_a_huge_result_reaches_the_model_cut_and_saying_so(
     shown = llm.calls[1][-1].content
     assert len(shown) < MAX_RESULT_CHARS + 400
     assert json.loads(shown.splitlines()[0])["note"].startswith("the result was 240011 characters")
+
+
+def test_a_name_spelled_otherwise_than_heard_was_still_said() -> None:
+    @tool
+    async def book(name: str, party: int) -> str:
+        """Book."""
+        return "ok"
+
+    heard = "a table for three tomorrow at eight under more"
+    assert unheard_fields(book, {"name": "Moore", "party": 3}, heard) == []
+    assert unheard_fields(book, {"name": "Sofia", "party": 3}, heard) == ["name"]
+    assert unheard_fields(book, {"name": "Ann", "party": 3}, "under dan") == ["name"]
