@@ -75,6 +75,17 @@ _DIGITS = r"^[0-9]{1,20}$"
 _TWILIO_SID = re.compile(r"^(MZ|CA|AC)[0-9a-fA-F]{32}$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
 
+CALLER_PARAMETERS = ("From", "from", "caller")
+"""The ``<Parameter>`` of the TwiML ``<Stream>`` that carries the caller's number (Twilio's
+start message has none of its own): ``<Parameter name="From" value="{the webhook's From}"/>``.
+"""
+
+
+def caller_of(parameters: dict[str, str]) -> str | None:
+    """The caller's number as the operator's TwiML passed it, if it did (the session keeps
+    it only if it is a bounded, printable token)."""
+    return next((parameters[k] for k in CALLER_PARAMETERS if parameters.get(k)), None)
+
 
 class _Message(BaseModel):
     """Strict types (no "1" for 1), required fields required; unknown fields ignored."""
@@ -347,6 +358,7 @@ class TwilioConnection:
             SessionSinks(self.send_event, self.send_audio),
             Rates.both(SAMPLE_RATE),
             instructions=instructions,
+            caller=caller_of(info.customParameters),
         )
         log.info(
             "twilio stream %s started: call %s, %s, tracks %s, parameters %s",

@@ -277,6 +277,27 @@ async def test_custom_parameter_instructions_become_the_system_prompt(line: Line
 
 
 @pytest.mark.parametrize(
+    ("parameters", "caller"),
+    [
+        ({"From": "+15550100"}, "+15550100"),
+        ({"caller": "sip:alice@example.com"}, "sip:alice@example.com"),
+        ({"From": "+1555\n0100"}, None),  # not a token: dropped, never reaches a tool
+        ({}, None),
+    ],
+)
+async def test_the_caller_s_number_reaches_the_tools_call_context(
+    line: Line, parameters: dict[str, str], caller: str | None
+) -> None:
+    line.start(**parameters)
+    await line.until(lambda: line.conn.session is not None)
+    session = line.conn.session
+    assert session is not None
+    context = session.call_context()
+    assert (context.caller, context.transport, context.session_id) == (caller, "twilio", SID)
+    assert context.identity == (f"tel:{caller}" if caller else "anonymous")
+
+
+@pytest.mark.parametrize(
     "change",
     [
         {"mediaFormat": {"encoding": "audio/l16", "sampleRate": 8000, "channels": 1}},
