@@ -37,7 +37,7 @@ from voxpipe.clients.twilio_client import TwilioLine
 pytestmark = pytest.mark.e2e
 
 AGENT = Path(__file__).with_name("restaurant_agent.py")
-REQUEST = "Book a table for two at seven tonight under the name Smith."
+REQUEST = "Book a table for two people at seven tonight under the name Smith."
 
 
 @pytest.fixture(scope="module")
