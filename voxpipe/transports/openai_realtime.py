@@ -125,7 +125,9 @@ class RealtimeConnection:
         self.cfg = call.services.config
         vad = VadSettings.of(self.cfg.turn)
         self.settings = SessionSettings(
-            id=new_id("sess"),
+            # A token scoped to one session opens that session here too: the server names
+            # Realtime sessions, so it names this one as the token says.
+            id=call.principal.session_id or new_id("sess"),
             model=ws.query_params.get("model", "")[:128],
             instructions=self.cfg.llm.system_prompt,
             voice=self.services.engines.tts.name,

@@ -424,6 +424,18 @@ def test_a_token_for_native_is_refused_by_every_other_door() -> None:
             assert ws.receive_json()["type"] == "session.started"
 
 
+def test_a_token_scoped_to_one_session_opens_only_that_one_over_realtime() -> None:
+    """A Realtime session was named by the server whatever the token's scope: a token for
+    one session opened any number of others."""
+    with app() as client:
+        wait_ready(client)
+        token = post_token(client, json={"session_id": "sess_desk42"}).json()["token"]
+        with client.websocket_connect(f"/v1/realtime?token={token}") as ws:
+            created = ws.receive_json()
+        assert created["type"] == "session.created"
+        assert created["session"]["id"] == "sess_desk42", created
+
+
 def test_a_single_use_token_is_refused_at_its_second_connect() -> None:
     with app() as client:
         wait_ready(client)
