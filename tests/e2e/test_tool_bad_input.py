@@ -47,6 +47,7 @@ from tests.support import (
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.clients.native_client import NativeClient, TurnResult
 from voxpipe.config import Config
+from voxpipe.conversation.spoken import result_for_model
 from voxpipe.engines.base import CancelToken
 from voxpipe.engines.loader import load_stt
 from voxpipe.loadtest.server_process import free_port
@@ -419,9 +420,10 @@ async def test_invalid_arguments_from_the_model_are_answered_with_their_error(
         finished = _one(turn, "tool.finished", name)
         assert finished["call_id"] == call["call_id"] and finished["status"] == status, finished
         assert text in finished["output"], finished
-        # The model was shown the result, error and all, on its next request ...
+        # The model was shown the result, error and all, on its next request (with the line
+        # that asks it to tell the caller in words: ``conversation/spoken.py``) ...
         shown = model.shown_result(call["call_id"])
-        assert shown == finished["output"], (shown, finished)
+        assert shown == result_for_model(finished["output"]), (shown, finished)
         # ... and what it said to that is the turn's spoken answer.
         _assert_answered(turn, client.output_rate)
         assert turn.reply.strip() == (CONFIRMATION if status == "ok" else APOLOGY), turn.reply

@@ -141,7 +141,13 @@ def presented(
     return Credentials.of(Headers(raw=raw), QueryParams(query), subprotocols)
 
 
-TOKEN = auth().issue("key:web").token  # good on every Authenticator with SECRET
+# Good on every Authenticator with SECRET, for a day: minted when the module is collected,
+# it must outlive a whole test run (a 300 s token expired under `make test`).
+TOKEN = (
+    Authenticator(AuthConfig(api_keys=KEYS, token_secret=SECRET, token_ttl_s=86400))
+    .issue("key:web")
+    .token
+)
 WRONG_BESIDE_RIGHT = {
     "wrong header, good ?api_key=": presented([("Authorization", "Bearer nope")], "api_key=k-web"),
     "good header, wrong ?api_key=": presented([("Authorization", "Bearer k-web")], "api_key=nope"),
