@@ -74,7 +74,6 @@ class PendingAction:
 
     turn_id: int
     request: ToolCallRequest
-    readback: str
 
 
 def unheard_fields(tool: Tool, arguments: Mapping[str, Any], caller_words: str) -> list[str]:
@@ -107,10 +106,8 @@ def _was_said(word: str, heard: set[str]) -> bool:
 
 def question_for(fields: Iterable[str]) -> str:
     """Ask for values the caller has not given ("what name should I use?")."""
-    named = [_spoken(f) for f in fields]
-    if len(named) == 1:
-        return f"Sorry, I didn't catch that. What {named[0]} should I use?"
-    listed = ", ".join(named[:-1]) + f" and {named[-1]}"
+    *others, last = [_spoken(f) for f in fields]
+    listed = f"{', '.join(others)} and {last}" if others else last
     return f"Sorry, I didn't catch that. What {listed} should I use?"
 
 
@@ -132,12 +129,8 @@ def readback(tool: Tool, arguments: Mapping[str, Any], valid: Mapping[str, Any])
         names = {f for _, f, _, _ in string.Formatter().parse(template) if f}
         return template.format_map({**dict.fromkeys(names, ""), **fields}).strip()
     said = ", ".join(f"{_spoken(k)} {_value(v)}" for k, v in arguments.items() if v is not None)
-    action = _spoken(tool.name)
-    return (
-        f"Just to confirm: {action}, {said}. Shall I go ahead?"
-        if said
-        else (f"Just to confirm: {action}. Shall I go ahead?")
-    )
+    action = ", ".join(part for part in (_spoken(tool.name), said) if part)
+    return f"Just to confirm: {action}. Shall I go ahead?"
 
 
 def _spoken(name: str) -> str:

@@ -194,7 +194,7 @@ class ToolRound:
             if unheard:
                 return question_for(unheard)
             said = readback(tool, call.arguments, valid)
-            ledger.hold(PendingAction(turn_id, call, said))
+            ledger.hold(PendingAction(turn_id, call))
             return said
         return None
 
