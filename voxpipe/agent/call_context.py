@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from voxpipe.observability.printable import check_id
+
 MAX_CALLER_CHARS = 256
 """A phone number or SIP URI longer than this is not one: it is dropped, not truncated."""
 
@@ -83,11 +85,12 @@ def checked_caller(value: object) -> str | None:
     """A caller number or URI a transport may pass on, or None: printable ASCII with no
     spaces, at most :data:`MAX_CALLER_CHARS` long (anything else would reach a tool's
     records, the logs and an operator's terminal as it was sent)."""
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_CALLER_CHARS:
+    if not isinstance(value, str) or not value.isascii():
         return None
-    if not all("!" <= ch <= "~" for ch in value):
+    try:
+        return check_id(value, MAX_CALLER_CHARS)  # the ids' rule: printable, no whitespace
+    except ValueError:
         return None
-    return value
 
 
 NO_CALL = CallContext("anonymous", "", "", "none")

@@ -20,15 +20,15 @@ MAX_ID_CHARS = 128
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def check_id(value: str) -> str:
-    """``value`` if it is 1 to :data:`MAX_ID_CHARS` printable characters with no whitespace;
+def check_id(value: str, max_chars: int = MAX_ID_CHARS) -> str:
+    """``value`` if it is 1 to ``max_chars`` printable characters with no whitespace;
     raises ``ValueError`` (a pydantic validation error in a model) saying what an id is.
 
     "Printable" is Python's: it leaves out every control character (C0, DEL, C1 such as the
     8-bit CSI), the format characters (bidirectional overrides that reverse the text shown)
     and every separator, so an id shows as the characters it holds and nothing else."""
-    if not 0 < len(value) <= MAX_ID_CHARS:
-        raise ValueError(f"an id is 1 to {MAX_ID_CHARS} characters; got {len(value)}")
+    if not 0 < len(value) <= max_chars:
+        raise ValueError(f"an id is 1 to {max_chars} characters; got {len(value)}")
     if not value.isprintable() or any(c.isspace() for c in value):
         raise ValueError(
             "an id is printable characters without spaces (no control or format characters)"
