@@ -8,15 +8,17 @@
   ends in the pause. A *complete* clip is a whole sentence: how long after its last speech
   the turn ends.
 
-The paused clips are made by cutting the whole sentence, as Piper says it, at the quietest
-point near where its first half ends: synthesizing the first half alone gives it the
-falling pitch of a finished sentence (Piper ends every input so), which no caller pausing
-for a word has. Both kinds are reported (``--halves``).
+The paused clips are made by cutting the whole sentence, as Piper says it, between the
+first half's last word and the next (checked by Whisper hearing each half): synthesizing the
+first half alone gives it the falling pitch of a finished sentence (Piper ends every input
+so), which no caller pausing for a word has. Both kinds are reported (``--halves``). Piper
+speaks without its random noise here, so a clip is the same audio on every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from voxpipe.config import TurnConfig
 from voxpipe.loadtest.stats import summarize
 
 RATE = 16000
+QUIET_FRAME = 0.02  # energy of a 20 ms frame (peak-normalized) taken as a pause
 
 # (first half, rest): the caller pauses between them.
 PAUSED = [
@@ -56,22 +59,85 @@ def _spoken(text: str) -> np.ndarray:
     from voxpipe.engines.base import CancelToken
     from voxpipe.engines.piper_tts import PiperTts
 
-    tts = PiperTts(None, threads=1)
+    tts = PiperTts(None, threads=1, noise_scale=0.0, noise_w_scale=0.0)
     pcm = np.concatenate(list(tts.synthesize(text, CancelToken()))).astype(np.float32) / 32768
     audio = np.asarray(soxr.resample(pcm, tts.sample_rate, RATE), dtype=np.float32)
     loud = np.flatnonzero(np.abs(audio) > 0.01)
     return audio[loud[0] : loud[-1] + 1]
 
 
+@functools.lru_cache(maxsize=32)
 def sentence_halves(first: str, rest: str, halves: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``first rest`` as Piper says it, cut where ``first`` ends (or each said alone)."""
+    """``first rest`` as Piper says it, cut between ``first``'s last word and the next one
+    (or each said alone). The cut is the quietest 20 ms near the words' boundary at which
+    Whisper hears ``first`` ending the head and ``rest`` starting the tail: a guess from
+    length alone, or from Whisper's word times (late by a word's part), lands a word off
+    on short words ("for four")."""
     if halves:
         return _spoken(first), _spoken(rest)
-    whole, n = _spoken(f"{first} {rest}"), len(_spoken(first))
-    frame, step = 320, 80  # the quietest 20 ms within 0.25 s of the first half's length
-    starts = range(max(0, n - 4000), min(len(whole) - frame, n + 4000), step)
-    cut = min(starts, key=lambda i: float(np.sum(whole[i : i + frame] ** 2))) + frame // 2
-    return whole[:cut], whole[cut:]
+    whole = _spoken(f"{first} {rest}")
+    stt = _whisper()
+    words = _words(stt, whole)
+    n = len(first.split())
+    if len(words) <= n:
+        raise RuntimeError(f"Whisper heard {len(words)} words in {first} {rest!r}")
+    frame, step = 320, 80
+    lo, hi = int(words[n - 1][1] * RATE), int(words[n][2] * RATE)
+    energy = {
+        i: float(np.sum(whole[i : i + frame] ** 2))
+        for i in range(lo, min(hi, len(whole) - frame), step)
+    }
+    # quiet frames in time order: the first that splits the words right is where the
+    # word's voiced end falls silent, not the middle of the next word's fricative; where
+    # the words run together ("if you"), the least loud frames
+    quiet = [i for i, e in energy.items() if e < QUIET_FRAME]
+    starts = quiet + sorted(set(energy) - set(quiet), key=energy.__getitem__)
+    pad, tried = np.zeros(int(0.3 * RATE), np.float32), list[int]()
+    for start in starts:
+        if any(abs(start - t) < RATE // 50 for t in tried):
+            continue  # the same quiet stretch: Whisper would hear the same halves
+        tried.append(start)
+        cut = start + frame // 2
+        head = _words(stt, np.concatenate([pad, whole[:cut], pad]))
+        tail = _words(stt, np.concatenate([pad, whole[cut:], pad]))
+        # word counts, not spellings, for the tail: tiny.en hears "four" as "for"
+        if (
+            len(head) == n
+            and head[-1][0] == _plain(first.split()[-1])
+            and (len(tail) == len(rest.split()))
+        ):
+            return whole[:cut], whole[cut:]
+    raise RuntimeError(f"no cut of {first} {rest!r} is heard as its two halves")
+
+
+def _plain(word: str) -> str:
+    return "".join(c for c in word.lower() if c.isalnum())
+
+
+@functools.lru_cache(maxsize=1)
+def _whisper() -> Any:
+    from faster_whisper import WhisperModel
+
+    from voxpipe.engines.whisper_stt import default_model_path
+
+    return WhisperModel(
+        str(default_model_path()),
+        device="cpu",
+        compute_type="int8",
+        cpu_threads=1,
+        local_files_only=True,
+    )
+
+
+def _words(stt: Any, audio: np.ndarray) -> list[tuple[str, float, float]]:
+    """The words Whisper hears in ``audio``, each with its start and end (s)."""
+    segments, _ = stt.transcribe(audio, language="en", beam_size=1, word_timestamps=True)
+    return [
+        (_plain(w.word), float(w.start), float(w.end))
+        for seg in segments
+        for w in seg.words or []
+        if _plain(w.word)
+    ]
 
 
 def paused_sentence(first: str, rest: str, pause_s: float, halves: bool = False) -> np.ndarray:

@@ -30,8 +30,16 @@ def _terminate(run_options: onnxruntime.RunOptions) -> None:
 
 class PiperTts:
     def __init__(
-        self, model_path: Path | None = None, threads: int = 1, length_scale: float | None = None
+        self,
+        model_path: Path | None = None,
+        threads: int = 1,
+        length_scale: float | None = None,
+        noise_scale: float | None = None,
+        noise_w_scale: float | None = None,
     ) -> None:
+        """``noise_scale`` and ``noise_w_scale`` (None: the voice's own) are the random
+        parts of Piper's voice and timing; 0 makes the same text the same audio each time,
+        which test and bench clips need."""
         from piper import PiperVoice
         from piper.config import PiperConfig, SynthesisConfig
 
@@ -47,7 +55,9 @@ class PiperTts:
         )
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
         self._voice = PiperVoice(session=session, config=config)
-        self._syn = SynthesisConfig(length_scale=length_scale)
+        self._syn = SynthesisConfig(
+            length_scale=length_scale, noise_scale=noise_scale, noise_w_scale=noise_w_scale
+        )
         self.sample_rate = int(config.sample_rate)
 
     def synthesize(self, text: str, cancel: CancelToken) -> Iterator[np.ndarray]:
@@ -58,11 +68,12 @@ class PiperTts:
             if not phonemes:
                 continue
             ids = np.array([voice.phonemes_to_ids(phonemes)], dtype=np.int64)
+            syn = self._syn
             scales = np.array(
                 [
-                    cfg.noise_scale,
-                    self._syn.length_scale or cfg.length_scale,
-                    cfg.noise_w_scale,
+                    cfg.noise_scale if syn.noise_scale is None else syn.noise_scale,
+                    syn.length_scale or cfg.length_scale,
+                    cfg.noise_w_scale if syn.noise_w_scale is None else syn.noise_w_scale,
                 ],
                 dtype=np.float32,
             )
