@@ -6,6 +6,15 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+# What callers say to show they are listening (with Whisper's spellings of them).
+BACKCHANNEL_PHRASES = (
+    "mhm", "mm", "mmhmm", "mm hmm", "mm hm", "hmm", "hm", "uh huh", "uh hum", "uh", "um",
+    "ah", "oh", "yeah", "yes", "yep", "yup", "ya", "okay", "ok", "right", "sure", "alright",
+    "all right", "i see", "got it", "gotcha", "cool", "great", "nice", "wow", "really",
+    "exactly", "true", "of course", "makes sense", "that makes sense", "good", "perfect",
+    "fine", "uh yeah", "oh okay", "ah okay", "sounds good", "that's right", "indeed",
+)  # fmt: skip
+
 
 class TurnConfig(BaseModel):
     """How speech probabilities become user turns (end-pointing)."""
@@ -69,6 +78,23 @@ class TurnConfig(BaseModel):
         le=3000,
         description="Speech during a reply must last this long to interrupt it; shorter speech "
         "(a backchannel such as 'uh-huh', a cough) only pauses the reply and is not a turn.",
+    )
+    resume_false_interruptions: bool = Field(
+        True,
+        description="Speech that interrupted a reply but holds no words (a cough, a door) or "
+        "only backchannel_phrases is not a turn: the reply goes on from the first word the "
+        "caller did not hear, and the history keeps the caller's sound out. Off: every "
+        "interruption is a turn.",
+    )
+    backchannel_phrases: list[str] = Field(
+        default_factory=lambda: list(BACKCHANNEL_PHRASES),
+        max_length=200,
+        description="Acknowledgements a caller says while listening. Speech over a reply "
+        "made only of these (one after another) is a backchannel, not a turn; one other "
+        "word ('wait', 'no', 'but') makes it a turn.",
+    )
+    backchannel_max_words: int = Field(
+        4, ge=1, le=20, description="A backchannel has at most this many words."
     )
     preempt_ms: int | None = Field(
         200,

@@ -40,6 +40,7 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
+from voxpipe.conversation.overlap_words import is_acknowledgement, unheard, words_of
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_audio import ReplyAudio
@@ -119,6 +120,10 @@ class Reply:
     text: str | None = None  # words to say as they are (a greeting): no LLM
     user_message: ChatMessage | None = None  # the caller's words, put in the history early
     tool_choice: str | None = None  # this reply's own (a Realtime response's); None: the session's
+    # The reply this turn's speech barged in on: if the speech proves to be no turn (no
+    # words, or a backchannel), this reply says the rest of that one instead of answering.
+    resumes: Reply | None = None
+    continues: int = 0  # it does: that reply's turn id (its message gets these words too)
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -173,7 +178,7 @@ class Reply:
         """The turn has ended as the held reply assumed: release what it computed."""
         self.stages.confirmed(speech_end_ns)
         self.urgency.held = False
-        if self.timeline.has("stt_done") and self.transcript:
+        if self.timeline.has("stt_done") and self.transcript and not self.continues:
             self.ctx.recorder.message(self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
         while self._held_events:
@@ -246,6 +251,10 @@ class Reply:
                 transcript = await self.ctx.services.stt.transcribe(self.audio, clock)
             self.transcript = transcript.text.strip()
             self.timeline.counters["transcript"] = self.transcript
+            rest = self._false_interruption()
+            if rest is not None:
+                await self._carry_on(rest)
+                return
             if not self.held and self.transcript:
                 self.ctx.recorder.message(self.turn_id, "user", self.transcript)
             await self._emit(Transcript(self.turn_id, self.transcript))
@@ -282,6 +291,36 @@ class Reply:
             if self.held:  # an empty or failed held turn reports nothing until it is decided
                 await self._decided.wait()
             await self._finish()
+
+    def _false_interruption(self) -> str | None:
+        """The unheard rest of the reply this turn's speech interrupted, when the speech
+        was only a sound or an acknowledgement (``overlap_words``); None: it is a turn."""
+        interrupted, self.resumes = self.resumes, None
+        turn = self.ctx.services.config.turn
+        if interrupted is None or not self.respond or not turn.resume_false_interruptions:
+            return None
+        if interrupted.status is not ReplyStatus.INTERRUPTED or interrupted.heard_text is None:
+            return None  # finished before the barge-in landed, or cancelled by the client
+        if not is_acknowledgement(
+            self.transcript, turn.backchannel_phrases, turn.backchannel_max_words
+        ):
+            return None
+        if words_of(self.transcript) and interrupted.generated.rstrip().endswith("?"):
+            return None  # "yes" over a question (a readback's) answers it early
+        self.continues = interrupted.turn_id
+        return unheard(interrupted.generated, interrupted.heard_text)
+
+    async def _carry_on(self, rest: str) -> None:
+        """Not a turn: say ``rest`` (the interrupted reply's words the caller missed), with
+        no LLM request, and keep the caller's sound out of the history."""
+        self.timeline.counters["false_interruption"] = {"heard": self.transcript, "rest": rest}
+        await self._emit(Transcript(self.turn_id, self.transcript))
+        if self.cancel.cancelled or not rest:
+            self._outcome.ran_out(self.cancel.cancelled)
+            return
+        self.text = rest
+        await self._speak()
+        self._outcome.ran_out(self.cancel.cancelled)
 
     async def _speak(self) -> None:
         """LLM -> chunker -> TTS -> paced frames, the three stages running concurrently."""

@@ -93,6 +93,7 @@ class Session(ClientCommands):
         self._detector = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         self._next_detector: TurnDetector | None = None
         self._checks: list[dict[str, float]] = []  # the turn model's verdicts in this turn
+        self._barged: Reply | None = None  # the reply this turn's speech interrupted
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
         self._pending = np.zeros(0, dtype=np.float32)
         self._arrivals = Arrivals()
@@ -238,6 +239,7 @@ class Session(ClientCommands):
             self.partials.speaking(round(detector.speech_ms() * 16), detector.turn_audio)
         overlap = self._turns.heard(loud, detector.speech_ms(), detector.silence_ms())
         if overlap is not None and overlap.action is Yield.INTERRUPT:
+            self._barged = overlap.reply  # the turn's words may yet show it was no turn
             await self._interrupt(overlap.reply)
             if detector is not self._detector:
                 return  # the speech was forgotten while the client was told (a reset)
@@ -268,6 +270,7 @@ class Session(ClientCommands):
         self.services.metrics.observe_job("turn", clock.queue_s, clock.compute_s)
 
     async def _on_speech_started(self, event: TurnEvent) -> None:
+        self._barged = None
         over = self._turns.speech_began()
         if over is not None:  # hold the audio first, then tell the client
             now = time.monotonic_ns()
@@ -353,6 +356,7 @@ class Session(ClientCommands):
             respond=respond,
             text=text,
             tool_choice=tool_choice,
+            resumes=self._barged if audio is not None else None,
         )
 
     def greet(self) -> int | None:
@@ -373,9 +377,11 @@ class Session(ClientCommands):
     def _on_reply_finished(self, reply: Reply) -> None:
         """Runs inside the reply task, before the next reply reads the history."""
         user, assistant = reply.user_message, None
-        if user is None and any(ch.isalnum() for ch in reply.transcript):
+        if reply.continues:
+            self._carry_on(reply)
+        elif user is None and any(ch.isalnum() for ch in reply.transcript):
             user = self.history.add_user(reply.transcript)
-        if reply.answer_text and (user is not None or reply.audio is None):
+        if reply.answer_text and not reply.continues and (user is not None or reply.audio is None):
             assistant = self.history.add_assistant(reply.answer_text)
         self._finished.remember(reply.turn_id, TurnMessages(user, assistant, reply.tracker))
         if reply.record is not None:
@@ -388,6 +394,20 @@ class Session(ClientCommands):
             counters = reply.timeline.counters
             stale = bool(counters.get("tools")) or reply.status is ReplyStatus.INTERRUPTED
             self.summarizer.after_turn(counters.get("llm", {}), stale)
+
+    def _carry_on(self, reply: Reply) -> None:
+        """A false interruption's reply said the rest of the one it stopped: the history
+        holds the two as the one answer the caller heard, and no turn of the caller's."""
+        self.counts["false_interruptions"] += 1
+        said, stopped = reply.answer_text, self._finished.get(reply.continues)
+        if not said:
+            return
+        joined = None
+        if stopped is not None and stopped.assistant is not None:
+            text = f"{stopped.assistant.content} {said}".strip()
+            joined = stopped.assistant = self.history.replace(stopped.assistant, text)
+        if joined is None:
+            self.history.add_assistant(said)
 
     # -- client reports and requests ------------------------------------------
 

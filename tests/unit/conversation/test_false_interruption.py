@@ -1,0 +1,107 @@
+"""A barge-in that proves to be no turn (an acknowledgement, or a sound with no words): the
+reply goes on from the first word the caller missed, with no LLM request, and the history
+holds one answer and no turn of the caller's. A real interruption stays a turn."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.unit.conversation.harness import Call, silence, speech
+from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
+from voxpipe.config.turn import BACKCHANNEL_PHRASES
+from voxpipe.conversation.overlap_words import is_acknowledgement, unheard
+
+
+def sentences(n: int) -> list[str]:
+    return [f"{' ' if i else ''}Number {i} is here." for i in range(n)]
+
+
+async def _barge(call: Call) -> None:
+    await call.say()
+    await call.until(lambda: len(call.frames(1)) >= 12)  # more than two clauses played
+    await call.push(speech(12))  # 384 ms: past min_interruption_ms, an interruption
+    await call.until(lambda: call.done(1) is not None)
+    await call.push(silence(30))
+    await call.idle()
+
+
+@pytest.mark.parametrize("overlap", ["Mm-hmm.", "Yeah, okay.", "", "I see."])
+async def test_an_acknowledgement_over_the_reply_resumes_it(
+    make_call: Callable[..., Call], overlap: str
+) -> None:
+    llm = FakeLlm(sentences(8), ["Never said."], delay_s=0.005)
+    stt = FakeStt("tell me everything", overlap)
+    call = make_call(stt=stt, llm=llm, tts=FakeTts(delay_s=0.005))
+    await _barge(call)
+
+    first, second = call.done(1), call.done(2)
+    assert first is not None and first.status == "interrupted"
+    assert second is not None and second.status == "completed"
+    assert len(llm.calls) == 1  # the rest is said as it was written: no second request
+    rest = unheard(first.generated_text, first.text)
+    assert rest and second.text == rest
+    assert f"{first.text} {rest}".split() == first.generated_text.split()
+    # One answer, heard in two parts, and none of the caller's sound.
+    assert [(m.role, m.content) for m in call.session.history.turns] == [
+        ("user", "tell me everything"),
+        ("assistant", f"{first.text} {rest}"),
+    ]
+    assert call.session.counts["false_interruptions"] == 1
+    assert call.session.counts["interruptions"] == 1
+
+
+async def test_a_word_that_is_no_acknowledgement_makes_a_turn(
+    make_call: Callable[..., Call],
+) -> None:
+    llm = FakeLlm(sentences(8), ["Sure, Friday."], delay_s=0.005)
+    call = make_call(stt=FakeStt("tell me everything", "Yeah, but Friday."), llm=llm)
+    await _barge(call)
+
+    second = call.done(2)
+    assert second is not None and second.text == "Sure, Friday."
+    assert len(llm.calls) == 2
+    assert [m.role for m in call.session.history.turns] == ["user", "assistant"] * 2
+    assert call.session.counts["false_interruptions"] == 0
+
+
+async def test_yes_over_a_question_answers_it(make_call: Callable[..., Call]) -> None:
+    question = [*sentences(6), " Shall I book it?"]
+    llm = FakeLlm(question, ["Booked."], delay_s=0.005)
+    call = make_call(stt=FakeStt("book a table", "Yes."), llm=llm)
+    await _barge(call)
+
+    second = call.done(2)
+    assert second is not None and second.text == "Booked."
+    assert [(m.role, m.content) for m in call.session.history.turns][2] == ("user", "Yes.")
+
+
+async def test_with_resume_off_every_interruption_is_a_turn(
+    make_call: Callable[..., Call],
+) -> None:
+    llm = FakeLlm(sentences(8), ["Yes?"], delay_s=0.005)
+    call = make_call(
+        stt=FakeStt("tell me everything", "Okay."),
+        llm=llm,
+        turn={"resume_false_interruptions": False},
+    )
+    await _barge(call)
+
+    second = call.done(2)
+    assert second is not None and second.text == "Yes?"
+    assert len(llm.calls) == 2
+
+
+def test_acknowledgements_are_only_acknowledgement_phrases() -> None:
+    phrases = list(BACKCHANNEL_PHRASES)
+    for said in ["Mm-hmm.", "Uh-huh.", "Okay.", "Yeah, yeah.", "Right, I see.", "", "..."]:
+        assert is_acknowledgement(said, phrases, 4), said
+    for said in ["Wait.", "Stop.", "No, Friday.", "Hold on.", "Sorry, can I ask something?",
+                 "Yeah, but Friday.", "Okay okay okay okay okay."]:  # fmt: skip
+        assert not is_acknowledgement(said, phrases, 4), said
+
+
+def test_the_rest_starts_at_the_first_word_not_heard() -> None:
+    assert unheard("One two three four.", "One two") == "three four."
+    assert unheard("One two.", "One two.") == ""

@@ -1,0 +1,43 @@
+"""What the caller's speech over a reply turns out to have been, once it is transcribed.
+
+Duration alone stops the agent for any 250 ms of voice, and "okay" or "mhm" last longer
+than that. So a barge-in is decided fast, by duration (the caller must not talk over the
+agent for long), and judged again by its words at the end of the overlap: speech with no
+words (a cough, a door) or only acknowledgements ("mhm", "yeah, okay", "I see") was not a
+turn, and the reply goes on from the first word the caller did not hear.
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def words_of(text: str) -> list[str]:
+    """Lower-case words, hyphens split ("uh-huh" is "uh huh"), punctuation dropped."""
+    return _WORD.findall(text.lower().replace("-", " ").replace("’", "'"))
+
+
+def is_acknowledgement(transcript: str, phrases: list[str], max_words: int) -> bool:
+    """True when ``transcript`` is only ``phrases`` one after another (at most
+    ``max_words`` words), or has no words at all. "Yeah, but Friday" is not: one word
+    that is no acknowledgement makes the speech a turn."""
+    words = words_of(transcript)
+    if len(words) > max_words:
+        return False
+    known = sorted({tuple(words_of(p)) for p in phrases if words_of(p)}, key=len, reverse=True)
+    at = 0
+    while at < len(words):
+        match = next((p for p in known if tuple(words[at : at + len(p)]) == p), None)
+        if match is None:
+            return False
+        at += len(match)
+    return True
+
+
+def unheard(generated: str, heard: str) -> str:
+    """The words of ``generated`` after the ``heard`` ones (a whole word count: the
+    playback tracker keeps whole words), for the reply to say again from there."""
+    said = len(heard.split())
+    return " ".join(generated.split()[said:])
