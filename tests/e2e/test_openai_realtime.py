@@ -344,3 +344,43 @@ async def test_bad_input_gets_openai_errors_and_the_call_goes_on(server: Running
         await rt.send({"type": "response.create"})
         response = await rt.wait_for(lambda: _done(rt, 0), TURN_TIMEOUT_S)
     _assert_spoken(rt, response)
+
+
+async def test_semantic_vad_waits_through_a_mid_sentence_pause(server: RunningServer) -> None:
+    """``semantic_vad`` ends turns by the turn model: a caller pausing 1.1 s after "I'd like
+    a table for" is one turn (the fixed 500 ms silence cuts it in two: test_smart_turn)."""
+    from bench.turn_model import RATE as CLIP_RATE
+    from bench.turn_model import paused_sentence
+
+    clip = paused_sentence("I'd like a table for", "four people tonight.", 1.1)
+    async with realtime(server) as rt:
+        await rt.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "instructions": BRIEF,
+                    "audio": {
+                        "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}
+                    },
+                },
+            }
+        )
+        updated = (await rt.next("session.updated"))["session"]
+        before = len(rt.events)
+        await rt.stream(pcm24k(clip, CLIP_RATE) + silence(1.5))
+        response = await rt.wait_for(lambda: _done(rt, before), TURN_TIMEOUT_S)
+        await asyncio.sleep(1.0)  # time for a second turn, had the pause ended one
+        commits = rt.of("input_audio_buffer.committed", before)
+        transcribed = await rt.next(
+            "conversation.item.input_audio_transcription.completed", before, TURN_TIMEOUT_S
+        )
+
+    detection = updated["audio"]["input"]["turn_detection"]
+    assert detection["type"] == "semantic_vad" and detection["eagerness"] == "low"
+    assert len(commits) == 1, [e["item_id"] for e in commits]
+    heard = _norm(transcribed["transcript"])
+    assert "table" in heard and "tonight" in heard, heard
+    assert response["status"] == "completed"
+    records = [json.loads(line) for line in server.turn_log.read_text().splitlines()]
+    assert records[-1].get("turn_model"), "the turn model judged the pause"

@@ -60,6 +60,12 @@ class TurnConfig(BaseModel):
         description="Silence that ends a turn the turn model judged not complete (a caller "
         "pausing mid-sentence).",
     )
+    semantic_vad: bool = Field(
+        True,
+        description="Load the turn model (Smart Turn) even when end_of_turn is silence, so "
+        "that a Realtime client's turn_detection semantic_vad ends its turns by it. Off: "
+        "semantic_vad is a fixed silence chosen by its eagerness.",
+    )
     smart_turn_threshold: float = Field(
         0.5,
         gt=0.0,

@@ -128,8 +128,9 @@ def load_llm(config: Config, on_refusal: Callable[[str], None] | None = None) ->
 
 
 def load_turn_model(config: Config) -> TurnModel | None:
-    """Smart Turn, when turns end by it (``turn.end_of_turn``); else no model at all."""
-    if config.turn.end_of_turn != "smart_turn":
+    """Smart Turn, when turns may end by it (``turn.end_of_turn``, or a Realtime client's
+    ``semantic_vad`` with ``turn.semantic_vad``); else no model at all."""
+    if config.turn.end_of_turn != "smart_turn" and not config.turn.semantic_vad:
         return None
     from voxpipe.engines.smart_turn import SmartTurn
 

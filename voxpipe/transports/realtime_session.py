@@ -28,6 +28,14 @@ from voxpipe.transports.realtime_tools import ClientTools
 from voxpipe.transports.realtime_wire import Dialect, RealtimeError
 
 _EAGERNESS_SILENCE_MS = {"low": 900, "medium": 500, "auto": 500, "high": 300}
+# semantic_vad with the turn model: (silence after a turn it judged complete, the longest
+# silence of one it did not). "low" lets a caller think aloud; "high" answers soonest.
+_EAGERNESS_SMART_TURN_MS = {
+    "low": (500, 2500),
+    "medium": (200, 1300),
+    "auto": (200, 1300),
+    "high": (100, 700),
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,20 @@ class VadSettings:
         return replace(self, **changes)
 
     def turn_config(self, base: TurnConfig) -> TurnConfig:
+        """The session's turn settings. ``semantic_vad`` ends turns by the turn model (Smart
+        Turn) where the server has it loaded (``turn.semantic_vad``), its silences chosen by
+        the eagerness; else by the eagerness-chosen silence. ``server_vad`` by the silence."""
+        by_model = self.type == "semantic_vad" and base.semantic_vad
+        complete_ms, max_ms = _EAGERNESS_SMART_TURN_MS[self.eagerness or "auto"]
+        smart = (
+            {
+                "end_of_turn": "smart_turn",
+                "smart_turn_complete_ms": complete_ms,
+                "smart_turn_max_silence_ms": max_ms,
+            }
+            if by_model
+            else {"end_of_turn": "silence"}
+        )
         return TurnConfig.model_validate(
             {
                 **base.model_dump(),
@@ -66,6 +88,7 @@ class VadSettings:
                 "prefix_padding_ms": self.prefix_padding_ms,
                 "silence_ms": self.silence_duration_ms,
                 "interrupt": self.interrupt_response,
+                **smart,
             }
         )
 
