@@ -167,3 +167,26 @@ async def test_talking_over_the_reply_sends_clear(server: RunningServer) -> None
     errors = _counter(server, "voxpipe_errors_total", "code")
     assert errors.get("invalid_event", 0) == errors_before.get("invalid_event", 0)
     assert len(line.echoed) == len(line.of("mark"))
+
+
+async def test_keypad_digits_reach_the_agent(server: RunningServer) -> None:
+    """The caller types 4 2 7 # on the keypad: one turn, "Keypad: 427", which the agent
+    answers aloud, reading the number back."""
+    agent = (
+        "You are a bank's phone agent. When the caller types their account number on the "
+        "keypad, read the number back to them in one short sentence."
+    )
+    async with TwilioLine(_url(server), {"instructions": agent}) as line:
+        await line.connect()
+        for digit in "427#":
+            await line.press(digit)
+        (turn,) = await _turns(server, line.stream_sid, 1)
+        await line.wait_for(line.played_out, 60)
+        await line.hang_up()
+
+    assert turn["status"] == "completed", turn
+    digits = re.sub(r"[^0-9]", "", turn["reply"])
+    spoken = _norm(turn["reply"])
+    assert "427" in digits or "four two seven" in spoken, turn["reply"]
+    assert _voiced_s([r.message for r in line.of("media")]) > 0.3
+    assert turn["session_counts"]["keypad_turns"] == 1

@@ -102,6 +102,16 @@ class TurnConfig(BaseModel):
     backchannel_max_words: int = Field(
         4, ge=1, le=20, description="A backchannel has at most this many words."
     )
+    keypad_idle_ms: int = Field(
+        2000,
+        ge=100,
+        le=30000,
+        description="Keypad digits (DTMF) become the caller's turn ('Keypad: 1234') after "
+        "this long without another key, or at once on '#'.",
+    )
+    keypad_max_digits: int = Field(
+        32, ge=1, le=256, description="Keypad digits gathered at most: more make a turn at once."
+    )
     preempt_ms: int | None = Field(
         200,
         ge=32,

@@ -38,6 +38,7 @@ from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
 from voxpipe.conversation.events import HistorySnapshot, SpeechStarted, SpeechStopped
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound, Uncommitted
+from voxpipe.conversation.keypad import Keypad, keypad_message
 from voxpipe.conversation.partials import PartialTranscripts
 from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.record import CallRecorder
@@ -94,6 +95,8 @@ class Session(ClientCommands):
         self._next_detector: TurnDetector | None = None
         self._checks: list[dict[str, float]] = []  # the turn model's verdicts in this turn
         self._barged: Reply | None = None  # the reply this turn's speech interrupted
+        self._keypad = Keypad(self.turn_config.keypad_idle_ms, self.turn_config.keypad_max_digits)
+        self._samples_in = 0  # the call's inbound audio at 16 kHz: the keypad's clock
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
         self._pending = np.zeros(0, dtype=np.float32)
         self._arrivals = Arrivals()
@@ -201,6 +204,9 @@ class Session(ClientCommands):
 
     async def _process(self, pcm: bytes, arrived: int) -> None:
         audio = self._resampler.process(pcm16_to_float(pcm))
+        self._samples_in += audio.shape[0]
+        if (digits := self._keypad.due(self._samples_in)) is not None:
+            await self._keys_entered(digits)
         if not self.server_vad:  # the client ends turns itself: no VAD, just keep it
             self._uncommitted.keep(audio, self.turn_config.max_turn_s)
             return
@@ -219,6 +225,29 @@ class Session(ClientCommands):
                 self._detector, self._next_detector = self._next_detector, None
             event = self._detector.push(window, prob)
             await self._on_window(prob, event)
+
+    # -- the keypad ---------------------------------------------------------------
+
+    async def key_pressed(self, digit: str) -> None:
+        """A keypad key (DTMF: 0-9, *, #, A-D) from the phone line."""
+        self.counts["dtmf"] += 1
+        if (digits := self._keypad.press(digit, self._samples_in)) is not None:
+            await self._keys_entered(digits)
+
+    async def _keys_entered(self, digits: str) -> None:
+        """The caller typed ``digits``: a turn of its own, answered like words. A reply
+        still speaking stops first, as for a barge-in: a caller keying over a menu has
+        heard enough of it."""
+        self.counts["keypad_turns"] += 1
+        speaking = self._turns.speaking()
+        if speaking is not None and self.turn_config.interrupt:
+            await self._interrupt(speaking)
+            await speaking.wait()  # what was heard of it goes into the history first
+        text = keypad_message(digits)
+        self.history.add_user(text)
+        self.recorder.message(self._turn_ids + 1, "user", text)
+        if self.auto_respond:
+            self.respond()
 
     # -- turn-taking: what the detector heard, decided by self._turns -------------
 

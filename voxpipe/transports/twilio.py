@@ -235,7 +235,7 @@ class TwilioConnection:
                 if text is None:
                     self._bad(ErrorCode.INVALID_EVENT, "a binary message: Twilio sends JSON text")
                     continue
-                close = self._on_text(text)
+                close = await self._on_text(text)
                 if close is not None:
                     await self._close(close)
                     return
@@ -278,7 +278,7 @@ class TwilioConnection:
         if self.bad_messages == LOGGED_BAD_MESSAGES:
             log.warning("twilio call %s: further bad messages are only counted", self.call.id)
 
-    def _on_text(self, text: str) -> CloseCode | None:
+    async def _on_text(self, text: str) -> CloseCode | None:
         """Handle one message; a close code ends the call."""
         payload = decode_json(text, self.cfg.server.max_message_bytes)
         if isinstance(payload, Undecodable):
@@ -317,7 +317,7 @@ class TwilioConnection:
         elif isinstance(message, Mark):
             self._on_mark(session, message.mark.name)
         elif isinstance(message, Dtmf):
-            self._on_dtmf(session, message.dtmf.digit)
+            await self._on_dtmf(session, message.dtmf.digit)
         elif isinstance(message, Stop):
             log.info("twilio stream %s stopped by Twilio (call hung up)", self.stream_sid)
             return CloseCode.NORMAL
@@ -402,12 +402,12 @@ class TwilioConnection:
         else:
             self._bad(ErrorCode.INVALID_EVENT, f"mark {name[:64]!r} was not sent on this stream")
 
-    def _on_dtmf(self, session: Session, digit: str) -> None:
-        """A key press: counted (``voxpipe_dtmf_total``, the session's counts) and logged;
-        the conversation itself does not react to keys."""
-        session.counts["dtmf"] += 1
+    async def _on_dtmf(self, session: Session, digit: str) -> None:
+        """A key press: counted (``voxpipe_dtmf_total``) and handed to the session, whose
+        keypad makes the digits a turn (``conversation/keypad.py``)."""
         self.services.metrics.dtmf.labels(digit).inc()
         log.info("twilio stream %s: DTMF %s", self.stream_sid, digit)
+        await session.key_pressed(digit)
 
     # -- sending ------------------------------------------------------------
 
