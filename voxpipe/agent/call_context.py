@@ -24,7 +24,8 @@ and ask for a booking reference when that is not enough.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from voxpipe.observability.printable import check_id
 
@@ -47,6 +48,9 @@ class CallContext:
     """``native``, ``openai-realtime``, ``twilio``, ``webrtc``, ..."""
     caller: str | None = None
     """The caller's number (E.164) or SIP URI, where the transport carries one."""
+    end: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
+    """Ends the call once the reply in progress has been heard (``agent/call_control.py``);
+    False where this call cannot be ended by the server (None: no call behind it)."""
 
     @property
     def identity(self) -> str:

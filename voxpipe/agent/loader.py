@@ -2,7 +2,8 @@
 
 ``attr`` is an :class:`~voxpipe.agent.agent.Agent` or a function of no arguments that
 returns one. An agent file (``.yaml``, ``.yml`` or ``.json``) is for people who write no
-Python: instructions, a greeting, HTTP tools and MCP servers, validated strictly (an
+Python: instructions, a greeting, HTTP tools, MCP servers and the built-in call tools
+(``call_control: [end_call]``), validated strictly (an
 unknown key is an error, so a misspelt ``timout_s`` is not silently ignored). Every
 problem is an :class:`AgentLoadError` that names the reference and the field.
 """
@@ -14,11 +15,12 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voxpipe.agent.agent import Agent, default_agent
+from voxpipe.agent.call_control import CALL_CONTROL
 from voxpipe.agent.http_tools import HttpToolConfig
 from voxpipe.agent.mcp_tools import McpServerConfig
 from voxpipe.agent.tools import ToolDefinitionError
@@ -41,6 +43,10 @@ class AgentFile(BaseModel):
     greeting: str | None = Field(None, description="Said when a call begins.")
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    call_control: list[Literal["end_call"]] = Field(
+        default_factory=list,
+        description="Built-in call tools the agent offers (agent/call_control.py): end_call.",
+    )
 
 
 def resolve_agent(config: Config) -> Agent:
@@ -95,6 +101,7 @@ def load_agent_file(path: Path) -> Agent:
             greeting=spec.greeting,
             http_tools=spec.http_tools,
             mcp_servers=spec.mcp_servers,
+            tools=[CALL_CONTROL[name] for name in dict.fromkeys(spec.call_control)],
             name=spec.name or path.stem,
             base_dir=path.resolve().parent,
         )

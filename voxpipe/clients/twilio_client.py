@@ -147,7 +147,19 @@ class TwilioLine:
             while self._said and self._said[0][0] <= frames:
                 self._said.popleft()[1].sent.set()
 
+    @property
+    def closed_code(self) -> int | None:
+        """The server's close code once it has closed the stream (it hung up); None while
+        the stream is open."""
+        return None if self._ws is None else self._ws.close_code
+
     async def _read(self) -> None:
+        try:
+            await self._read_all()
+        finally:
+            self._changed.set()  # the server closed: a waiter may be waiting for that
+
+    async def _read_all(self) -> None:
         async for raw in self._ws:
             message = json.loads(raw)
             self.received.append(Received(time.monotonic(), message))

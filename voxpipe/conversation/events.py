@@ -179,6 +179,15 @@ class PlaybackClear(Event):
 
 
 @dataclass(frozen=True)
+class CallEnded(Event):
+    """The server ends the call (the agent's ``end_call``), now that the last reply has
+    played: the transport hangs up, or tells its client to."""
+
+    type: ClassVar[str] = "call.ended"
+    reason: str
+
+
+@dataclass(frozen=True)
 class HistorySnapshot(Event):
     """The conversation as the LLM will see it next turn (answer to ``history.get``)."""
 

@@ -35,7 +35,7 @@ from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.client_commands import ClientCommands
 from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
-from voxpipe.conversation.events import HistorySnapshot, SpeechStarted, SpeechStopped
+from voxpipe.conversation.events import CallEnded, HistorySnapshot, SpeechStarted, SpeechStopped
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound, Uncommitted
 from voxpipe.conversation.keypad import Keypad, keypad_message
@@ -97,6 +97,8 @@ class Session(ClientCommands):
         self._barged: Reply | None = None  # the reply this turn's speech interrupted
         self._keypad = Keypad(self.turn_config.keypad_idle_ms, self.turn_config.keypad_max_digits)
         self._samples_in = 0  # the call's inbound audio at 16 kHz: the keypad's clock
+        self._ending: str | None = None  # a tool ended the call: after this reply
+        self._end_task: asyncio.Task[None] | None = None
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
         self._pending = np.zeros(0, dtype=np.float32)
         self._arrivals = Arrivals()
@@ -160,7 +162,24 @@ class Session(ClientCommands):
 
     def call_context(self) -> CallContext:
         """Who this call is for, as its tools are told (``agent/call_context.py``)."""
-        return CallContext(self.owner, self.record.call_id, self.id, self.transport, self.caller)
+        return CallContext(
+            self.owner, self.record.call_id, self.id, self.transport, self.caller, self._end_call
+        )
+
+    def _end_call(self, reason: str) -> bool:
+        """A tool asked to end the call: it ends once the reply in progress has been heard
+        (:meth:`_on_reply_finished`). False if the call is over already."""
+        if self.closed:
+            return False
+        self._ending = reason
+        return True
+
+    async def _end_after_playback(self, reason: str) -> None:
+        """The last reply is done; the caller hears it out, then the call ends."""
+        await asyncio.sleep(max(0.0, self.ctx.pacer.ends_at_ns - time.monotonic_ns()) / 1e9)
+        if not self.closed:
+            self.counts["ended_by_agent"] += 1
+            await self._send_event(CallEnded(reason))
 
     @property
     def transport(self) -> str:
@@ -419,6 +438,13 @@ class Session(ClientCommands):
         self._last_activity_ns = time.monotonic_ns()
         self._answered.answered(reply.turn_id)
         self.persist()
+        if self._ending is not None and self._end_task is None:
+            if reply.status is ReplyStatus.INTERRUPTED:
+                self._ending = None  # the caller talked over the goodbye: not over yet
+            else:
+                self._end_task = asyncio.create_task(
+                    self._end_after_playback(self._ending), name=f"end-{self.id}"
+                )
         if not self._detector.in_speech:  # else the caller's next reply needs the LLM first
             counters = reply.timeline.counters
             stale = bool(counters.get("tools")) or reply.status is ReplyStatus.INTERRUPTED
@@ -520,9 +546,10 @@ class Session(ClientCommands):
         await self.partials.close()
         if self._rebuild is not None:
             await self._rebuild.close()
-        if self._restored_answer is not None:
-            self._restored_answer.cancel()
-            await asyncio.gather(self._restored_answer, return_exceptions=True)
+        for task in (self._restored_answer, self._end_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for reply in (self._turns.held, self._turns.reply):
             if reply is not None and not reply.task.done():
                 reply.cancel.cancel()

@@ -40,6 +40,7 @@ from voxpipe.conversation import ownership
 from voxpipe.conversation.events import (
     AudioDropped,
     AudioOut,
+    CallEnded,
     ErrorCode,
     ErrorEvent,
     Event,
@@ -414,6 +415,9 @@ class TwilioConnection:
     async def send_event(self, event: Event) -> None:
         if isinstance(event, PlaybackClear):
             self._clear()
+        elif isinstance(event, CallEnded):  # the stream ends; so does the call (docs/twilio.md)
+            log.info("twilio stream %s: %s", self.stream_sid, event.reason)
+            await self._close(CloseCode.NORMAL)
         elif isinstance(event, AudioDropped):
             # Twilio has no error message: counted here, logged once per episode by the session.
             self.services.metrics.errors.labels(event.code).inc()

@@ -264,3 +264,18 @@ def test_two_declared_tools_with_one_name_are_refused_at_declaration() -> None:
     webhook = HttpToolConfig(name="lookup", description="d", url="http://127.0.0.1:9/")
     with pytest.raises(ToolDefinitionError, match="agent desk: two tools are named lookup"):
         Agent("hi", tools=[lookup], http_tools=[webhook], name="desk")
+
+
+def test_an_agent_file_offers_the_built_in_call_tools(tmp_path: Path) -> None:
+    path = tmp_path / "desk.json"
+    path.write_text(json.dumps({"instructions": "Be brief.", "call_control": ["end_call"]}))
+    agent = load_agent(str(path))
+    assert [t.name for t in agent.python_tools] == ["end_call"]
+    assert "call_context" not in json.dumps(agent.python_tools[0].spec.parameters)
+
+
+def test_an_unknown_call_tool_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "desk.json"
+    path.write_text(json.dumps({"instructions": "Be brief.", "call_control": ["transfer"]}))
+    with pytest.raises(AgentLoadError, match="call_control"):
+        load_agent(str(path))

@@ -1,0 +1,59 @@
+"""``end_call``: the call ends once the goodbye has been heard, not when the tool runs; a
+goodbye the caller talks over calls the end off."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.unit.conversation.harness import Call, silence, speech
+from tests.unit.conversation.tools_support import called, running
+from tests.unit.fakes import FakeLlm, FakeStt
+from voxpipe.agent.call_context import CallContext
+from voxpipe.agent.call_control import end_call
+from voxpipe.agent.tools import ToolFailed
+from voxpipe.conversation.events import AudioOut, CallEnded
+
+
+async def test_the_call_ends_after_the_goodbye_has_played(make_call: Callable[..., Call]) -> None:
+    llm = FakeLlm([called("end_call")], ["Goodbye", ", have a nice day."])
+    call = make_call(stt=FakeStt("thanks, bye"), llm=llm, agent=running(end_call))
+    await call.say()
+    await call.until(lambda: bool(call.of(CallEnded)), within_s=10)
+
+    (ended,) = call.of(CallEnded)
+    assert ended.reason == "the agent ended the call"
+    done = call.done(1)
+    assert done is not None and done.text == "Goodbye, have a nice day."
+    # The end came after every frame of the goodbye, and once they had had time to play.
+    frames = [e for e in call.sent if isinstance(e, AudioOut)]
+    assert frames and call.sent.index(ended) > call.sent.index(frames[-1])
+    assert time.monotonic_ns() >= call.session.ctx.pacer.ends_at_ns
+    assert call.session.counts["ended_by_agent"] == 1
+
+
+async def test_a_goodbye_talked_over_does_not_end_the_call(
+    make_call: Callable[..., Call],
+) -> None:
+    goodbye = [f"{' ' if i else ''}Goodbye number {i}." for i in range(40)]
+    llm = FakeLlm([called("end_call")], goodbye, ["Of course, go on."], delay_s=0.005)
+    call = make_call(stt=FakeStt("bye", "wait, one more thing"), llm=llm, agent=running(end_call))
+    await call.say()
+    await call.until(lambda: len(call.frames(1)) >= 8)
+    await call.push(speech(15))  # the caller talks over the goodbye: a turn
+    await call.push(silence(30))
+    await call.idle()
+
+    first = call.done(1)
+    assert first is not None and first.status == "interrupted"
+    assert call.done(2) is not None
+    assert call.of(CallEnded) == []
+    assert call.session.counts["ended_by_agent"] == 0
+
+
+async def test_end_call_without_a_line_fails_clearly() -> None:
+    context = CallContext("anonymous", "c1", "s1", "native")
+    with pytest.raises(ToolFailed, match="cannot be ended"):
+        await end_call.invoke(end_call.validate({}), context)
