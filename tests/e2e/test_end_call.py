@@ -41,4 +41,19 @@ async def test_goodbye_ends_the_call_after_it_has_played(ending_server: RunningS
     assert closed == 1000
     assert _voiced_s([r.message for r in line.of("media")]) > 0.3, "no goodbye was said"
     assert unplayed_s < 0.25, f"the stream closed with {unplayed_s:.2f} s of goodbye unplayed"
-    assert turn["session_counts"]["ended_by_agent"] == 1
+    assert turn["status"] == "completed" and turn["reply"].strip(), turn["reply"]
+
+
+async def test_a_question_does_not_end_the_call(ending_server: RunningServer) -> None:
+    ask = complete_sentence("What time do you open on Sunday?")
+    async with TwilioLine(_url(ending_server)) as line:
+        await line.connect()
+        line.say(ask, 16000)
+        (turn,) = await _turns(ending_server, line.stream_sid, 1)
+        await line.wait_for(line.played_out, 60)
+        still_open = line.closed_code is None
+        await line.hang_up()
+
+    assert not turn.get("tools"), turn.get("tools")  # a call made was dropped, not run
+    assert still_open, "the call ended on a question"
+    assert turn["reply"].strip() and "goodbye" not in turn["reply"].lower(), turn["reply"]

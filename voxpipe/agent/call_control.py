@@ -6,27 +6,42 @@ never cut off mid-word. Over Twilio the server closes the media stream, and the 
 up unless the TwiML goes on after ``<Connect>``; a native client gets ``call.ended`` and
 closes itself. OpenAI Realtime has no such event, and its clients hang up themselves. A
 reply the caller talks over is not the last: the end is called off (they had more to say).
+It runs only when the caller's words close the call ("goodbye", "that's all":
+``closing.py``); otherwise the call is dropped and the model answers without tools.
 
 Add it to an agent like any tool: ``Agent(..., tools=[end_call])``, or in an agent file
-``call_control: [end_call]``.
+``call_control: [end_call]``. It says "Thank you for calling. Goodbye!" as written;
+``end_call_saying("...")`` makes one with the agent's own words.
 """
 
 from __future__ import annotations
 
 from voxpipe.agent.call_context import CallContext
-from voxpipe.agent.python_tools import tool
-from voxpipe.agent.tools import ToolFailed
+from voxpipe.agent.closing import closes_the_call
+from voxpipe.agent.python_tools import PythonTool, python_tool
+from voxpipe.agent.tools import ToolFailed, ToolPolicy
 
-
-@tool(
-    description="End the phone call. Call it only when the caller has said goodbye or "
-    "asked to hang up, together with your own short goodbye.",
-    idempotent=True,
+DEFAULT_GOODBYE = "Thank you for calling. Goodbye!"
+DESCRIPTION = (
+    "End the phone call. Call it only when the caller has said goodbye or asked to hang up."
 )
-async def end_call(call: CallContext) -> str:
-    if call.end is None or not call.end("the agent ended the call"):
-        raise ToolFailed("this call cannot be ended by the server")
-    return "The call will end after your goodbye. Say a short goodbye now."
 
 
+def end_call_saying(goodbye: str = DEFAULT_GOODBYE) -> PythonTool:
+    """``end_call`` whose goodbye is ``goodbye``: the reply says it as written, with no
+    second model request (a small model asked to say goodbye read the tool's result out)."""
+
+    async def end_call(call: CallContext) -> dict[str, str]:
+        if call.end is None or not call.end("the agent ended the call"):
+            raise ToolFailed("this call cannot be ended by the server")
+        return {"goodbye": goodbye}
+
+    return python_tool(
+        end_call,
+        description=DESCRIPTION,
+        policy=ToolPolicy(idempotent=True, says="goodbye", only_if_caller_said=closes_the_call),
+    )
+
+
+end_call = end_call_saying()
 CALL_CONTROL = {"end_call": end_call}  # by the names an agent file uses

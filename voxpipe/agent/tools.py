@@ -118,6 +118,12 @@ class ToolPolicy:
     it. For what cannot be undone on a misheard word: a booking, a cancellation, a
     payment."""
 
+    only_if_caller_said: Callable[[str], bool] | None = None
+    """A gate on the caller's words of the turn: a call made when they fail it is dropped
+    (not run, not kept in the history) and the model answers without tools. For a tool a
+    small model reaches for too readily, where a wrong call costs the call itself
+    (``end_call`` hangs up only after a goodbye)."""
+
     def says_in(self, output: object) -> str | None:
         """The sentence this tool's ``output`` says, if it has one."""
         if not self.says or not isinstance(output, dict):

@@ -356,7 +356,7 @@ class Reply:
 
         speaking = ReplyVoice(
             turn_id, cancel, stages, self._emit, audio.phrase, keep_talking, self._confirmed,
-            self._commit_turn,
+            self._commit_turn, self._caller_said,
         )  # fmt: skip
 
         async def think() -> None:
@@ -506,6 +506,14 @@ class Reply:
         if round_no or tools is None or ledger is None or self.audio is None:
             return None
         return ledger.approved(self.transcript)
+
+    def _caller_said(self) -> str:
+        """The caller's words this reply answers: its transcript, or for a reply a client
+        asked for, the history's latest user message."""
+        if self.audio is not None:
+            return self.transcript
+        users = [m.content for m in self.ctx.history() if m.role == "user"]
+        return users[-1] if users else ""
 
     def _commit_turn(self) -> None:
         """A call is about to be recorded: the caller's words go into the history first."""

@@ -87,6 +87,7 @@ class ReplyVoice:
     keep_talking: Callable[[str], None]  # start a SilenceGuard (first phrase), if none runs
     confirmed: Callable[[], Awaitable[bool]]  # a held reply is released; False: thrown away
     commit_turn: Callable[[], None]  # the caller's words join the history ahead of a call
+    caller_said: Callable[[], str] = lambda: ""  # the caller's words this reply answers
 
 
 class ToolRound:
@@ -139,7 +140,7 @@ class ToolRound:
         without tools (REPEATED). Once a tool has changed something, the model's next words
         confirm it, without tools (CONFIRM): a second booking is never a mistake away."""
         voice, ledger = self._voice, self._ledger
-        calls = [c for c in calls if not ledger.made_before(voice.turn_id, c)]
+        calls = [c for c in calls if not ledger.made_before(voice.turn_id, c) and self._allowed(c)]
         if not calls:
             return ToolOutcome.REPEATED
         if not await voice.confirmed():
@@ -173,6 +174,13 @@ class ToolRound:
             elif outcome is ToolOutcome.ANSWER and self._changed_something(call):
                 outcome = ToolOutcome.CONFIRM
         return outcome
+
+    def _allowed(self, call: ToolCallRequest) -> bool:
+        """False for a call whose tool gates on the caller's words of this turn and they
+        fail it (``ToolPolicy.only_if_caller_said``): dropped like a repeated call."""
+        tool = self._ledger.tool(call.name)
+        gate = tool.policy.only_if_caller_said if tool is not None else None
+        return gate is None or gate(self._voice.caller_said())
 
     def _ask_first(self, calls: Sequence[ToolCallRequest]) -> str | None:
         """What to say instead of running ``calls``: a question for a value the caller

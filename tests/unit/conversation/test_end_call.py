@@ -12,13 +12,14 @@ from tests.unit.conversation.harness import Call, silence, speech
 from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent.call_context import CallContext
-from voxpipe.agent.call_control import end_call
+from voxpipe.agent.call_control import end_call, end_call_saying
+from voxpipe.agent.closing import closes_the_call
 from voxpipe.agent.tools import ToolFailed
 from voxpipe.conversation.events import AudioOut, CallEnded
 
 
 async def test_the_call_ends_after_the_goodbye_has_played(make_call: Callable[..., Call]) -> None:
-    llm = FakeLlm([called("end_call")], ["Goodbye", ", have a nice day."])
+    llm = FakeLlm([called("end_call")], ["Never asked."])
     call = make_call(stt=FakeStt("thanks, bye"), llm=llm, agent=running(end_call))
     await call.say()
     await call.until(lambda: bool(call.of(CallEnded)), within_s=10)
@@ -26,7 +27,7 @@ async def test_the_call_ends_after_the_goodbye_has_played(make_call: Callable[..
     (ended,) = call.of(CallEnded)
     assert ended.reason == "the agent ended the call"
     done = call.done(1)
-    assert done is not None and done.text == "Goodbye, have a nice day."
+    assert done is not None and done.text == "Thank you for calling. Goodbye!"
     # The end came after every frame of the goodbye, and once they had had time to play.
     frames = [e for e in call.sent if isinstance(e, AudioOut)]
     assert frames and call.sent.index(ended) > call.sent.index(frames[-1])
@@ -37,9 +38,10 @@ async def test_the_call_ends_after_the_goodbye_has_played(make_call: Callable[..
 async def test_a_goodbye_talked_over_does_not_end_the_call(
     make_call: Callable[..., Call],
 ) -> None:
-    goodbye = [f"{' ' if i else ''}Goodbye number {i}." for i in range(40)]
-    llm = FakeLlm([called("end_call")], goodbye, ["Of course, go on."], delay_s=0.005)
-    call = make_call(stt=FakeStt("bye", "wait, one more thing"), llm=llm, agent=running(end_call))
+    goodbye = " ".join(f"Goodbye number {i}." for i in range(40))
+    llm = FakeLlm([called("end_call")], ["Of course, go on."], delay_s=0.005)
+    stt = FakeStt("bye", "wait, one more thing")
+    call = make_call(stt=stt, llm=llm, agent=running(end_call_saying(goodbye)))
     await call.say()
     await call.until(lambda: len(call.frames(1)) >= 8)
     await call.push(speech(15))  # the caller talks over the goodbye: a turn
@@ -57,3 +59,25 @@ async def test_end_call_without_a_line_fails_clearly() -> None:
     context = CallContext("anonymous", "c1", "s1", "native")
     with pytest.raises(ToolFailed, match="cannot be ended"):
         await end_call.invoke(end_call.validate({}), context)
+
+
+async def test_no_hang_up_unless_the_caller_closed_the_call(
+    make_call: Callable[..., Call],
+) -> None:
+    llm = FakeLlm([called("end_call")], ["We open at noon."])
+    call = make_call(stt=FakeStt("what time do you open"), llm=llm, agent=running(end_call))
+    await call.say()
+    await call.idle()
+    assert call.of(CallEnded) == []
+    done = call.done(1)
+    assert done is not None and done.text == "We open at noon."  # the model answered
+    assert llm.tool_choices == ["auto", "none"]  # the call dropped, asked again without tools
+    assert [m.role for m in call.session.history.turns] == ["user", "assistant"]
+
+
+def test_closing_words() -> None:
+    for said in ["Thanks, bye!", "Goodbye.", "That's all, thank you.", "Please hang up.",
+                 "Have a nice day.", "OK, see you."]:  # fmt: skip
+        assert closes_the_call(said), said
+    for said in ["What time do you open on Sunday?", "Thank you.", "Book a table.", ""]:
+        assert not closes_the_call(said), said
