@@ -8,6 +8,7 @@ the others.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from voxpipe.engines.model_files import DEFAULT_LLM, LLM_FILES
@@ -85,6 +86,12 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     return concurrency_main(args)
 
 
+def cmd_overlap(args: argparse.Namespace) -> int:
+    from bench.overlap import main as overlap_main
+
+    return overlap_main(args)
+
+
 def cmd_confirm_cost(args: argparse.Namespace) -> int:
     from bench.confirm_cost import main as confirm_cost_main
 
@@ -102,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--out", type=Path, default=Path("bench-results/batch.json"))
     batch.set_defaults(func=cmd_batch)
 
+    overlap = sub.add_parser(
+        "overlap", help="backchannels and interruptions over the reply, on a Twilio line"
+    )
+    overlap.add_argument("--each", type=int, default=15, help="backchannels, and interruptions")
+    overlap.add_argument(
+        "--turn",
+        type=json.loads,
+        default={},
+        help='turn settings for the server, as JSON: {"min_interruption_ms": 150}',
+    )
+    overlap.add_argument("--out", type=Path, default=Path("bench-results/overlap.json"))
+    overlap.set_defaults(func=cmd_overlap)
     confirm_cost = sub.add_parser(
         "confirm-cost", help="what a readback and the caller's yes cost on Luigi's bookings"
     )
@@ -243,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     turn_model.add_argument("--loops", type=int, default=50, help="checks timed alone")
     turn_model.add_argument(
         "--halves", action="store_true", help="paused clips from halves synthesized apart"
+    )
+    turn_model.add_argument(
+        "--line",
+        choices=("twilio", "clean"),
+        default="twilio",
+        help="twilio: each clip through 8 kHz mu-law and back, as a phone caller is heard",
     )
     turn_model.add_argument("--out", type=Path, default=Path("bench-results/turn-model.json"))
     turn_model.set_defaults(func=cmd_turn_model)
