@@ -51,6 +51,9 @@ class CallContext:
     end: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
     """Ends the call once the reply in progress has been heard (``agent/call_control.py``);
     False where this call cannot be ended by the server (None: no call behind it)."""
+    transfer: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
+    """Hands the call to a number or SIP URI once the reply in progress has been heard;
+    False where this call cannot be transferred (None: no call behind it)."""
 
     @property
     def identity(self) -> str:

@@ -9,7 +9,10 @@ reply the caller talks over is not the last: the end is called off (they had mor
 It runs only when the caller's words close the call ("goodbye", "that's all":
 ``closing.py``); otherwise the call is dropped and the model answers without tools.
 
-Add it to an agent like any tool: ``Agent(..., tools=[end_call])``, or in an agent file
+``transfer_call_to(target)``: hands the call to a person at ``target`` after saying so
+(``transfer_to`` in an agent file), when the caller asks for one.
+
+Add ``end_call`` to an agent like any tool: ``Agent(..., tools=[end_call])``, or in an agent file
 ``call_control: [end_call]``. It says "Thank you for calling. Goodbye!" as written;
 ``end_call_saying("...")`` makes one with the agent's own words.
 """
@@ -17,9 +20,9 @@ Add it to an agent like any tool: ``Agent(..., tools=[end_call])``, or in an age
 from __future__ import annotations
 
 from voxpipe.agent.call_context import CallContext
-from voxpipe.agent.closing import closes_the_call
+from voxpipe.agent.closing import asks_for_a_person, closes_the_call
 from voxpipe.agent.python_tools import PythonTool, python_tool
-from voxpipe.agent.tools import ToolFailed, ToolPolicy
+from voxpipe.agent.tools import ToolDefinitionError, ToolFailed, ToolPolicy
 
 DEFAULT_GOODBYE = "Thank you for calling. Goodbye!"
 DESCRIPTION = (
@@ -45,3 +48,26 @@ def end_call_saying(goodbye: str = DEFAULT_GOODBYE) -> PythonTool:
 
 end_call = end_call_saying()
 CALL_CONTROL = {"end_call": end_call}  # by the names an agent file uses
+
+DEFAULT_TRANSFER_SAYS = "Let me put you through to a colleague. One moment, please."
+
+
+def transfer_call_to(target: str, says: str = DEFAULT_TRANSFER_SAYS) -> PythonTool:
+    """``transfer_call``: hands the call to ``target`` (a phone number or SIP URI the agent
+    is configured with; the model never chooses where a call goes) after saying ``says``.
+    Over Twilio it updates the live call with ``<Dial>`` TwiML through the REST API
+    (``telephony.twilio_*``). It runs only when the caller asks for a person."""
+    if not target.strip() or any(c in target for c in "<>&\"'"):
+        raise ToolDefinitionError(f"transfer_call: {target!r} is no number or SIP URI")
+
+    async def transfer_call(call: CallContext) -> dict[str, str]:
+        if call.transfer is None or not call.transfer(target):
+            raise ToolFailed("this call cannot be transferred by the server")
+        return {"says": says}
+
+    return python_tool(
+        transfer_call,
+        description="Put the caller through to a person. Call it only when the caller asks "
+        "to speak to a person.",
+        policy=ToolPolicy(idempotent=True, says="says", only_if_caller_said=asks_for_a_person),
+    )

@@ -20,3 +20,14 @@ _CLOSING = re.compile(
 
 def closes_the_call(words: str) -> bool:
     return bool(_CLOSING.search(words.lower().replace("’", "'")))
+
+
+_PERSON = re.compile(
+    r"\b(person|human|somebody|someone|agent|operator|representative|manager|staff|"
+    r"transfer|put me through|connect me|speak to|talk to)\b"
+)
+
+
+def asks_for_a_person(words: str) -> bool:
+    """The caller asks to be put through to a person (``transfer_call``'s gate)."""
+    return bool(_PERSON.search(words.lower()))

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voxpipe.agent.agent import Agent, default_agent
-from voxpipe.agent.call_control import CALL_CONTROL
+from voxpipe.agent.call_control import CALL_CONTROL, transfer_call_to
 from voxpipe.agent.http_tools import HttpToolConfig
 from voxpipe.agent.mcp_tools import McpServerConfig
 from voxpipe.agent.tools import ToolDefinitionError
@@ -43,6 +43,11 @@ class AgentFile(BaseModel):
     greeting: str | None = Field(None, description="Said when a call begins.")
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    transfer_to: str | None = Field(
+        None,
+        description="A number or SIP URI: the agent offers transfer_call, which puts a caller "
+        "who asks for a person through to it.",
+    )
     call_control: list[Literal["end_call"]] = Field(
         default_factory=list,
         description="Built-in call tools the agent offers (agent/call_control.py): end_call.",
@@ -101,7 +106,8 @@ def load_agent_file(path: Path) -> Agent:
             greeting=spec.greeting,
             http_tools=spec.http_tools,
             mcp_servers=spec.mcp_servers,
-            tools=[CALL_CONTROL[name] for name in dict.fromkeys(spec.call_control)],
+            tools=[CALL_CONTROL[name] for name in dict.fromkeys(spec.call_control)]
+            + ([transfer_call_to(spec.transfer_to)] if spec.transfer_to else []),
             name=spec.name or path.stem,
             base_dir=path.resolve().parent,
         )

@@ -19,6 +19,7 @@ from voxpipe.config.reference import markdown_reference
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
 from voxpipe.config.settings import Config
 from voxpipe.config.store import StoreConfig
+from voxpipe.config.telephony import TelephonyConfig
 from voxpipe.config.turn import AudioConfig, ChunkerConfig, TurnConfig
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ServerConfig",
     "StoreConfig",
     "SttConfig",
+    "TelephonyConfig",
     "TracingConfig",
     "TtsConfig",
     "TurnConfig",

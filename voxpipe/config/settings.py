@@ -15,6 +15,7 @@ from voxpipe.config.engines import LlmConfig, RemoteLlmConfig, SttConfig, TtsCon
 from voxpipe.config.observability import TracingConfig
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
 from voxpipe.config.store import StoreConfig
+from voxpipe.config.telephony import TelephonyConfig
 from voxpipe.config.turn import AudioConfig, ChunkerConfig, TurnConfig
 
 
@@ -40,6 +41,7 @@ class Config(BaseSettings):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    telephony: TelephonyConfig = Field(default_factory=TelephonyConfig)
     agent: str | None = Field(
         None,
         description="The agent to serve: `module:attr`, `path/file.py:attr` or an agent file "

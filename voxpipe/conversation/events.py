@@ -39,6 +39,7 @@ class ErrorCode(StrEnum):
     RESUME_FAILED = "resume_failed"
     SESSION_NOT_FOUND = "session_not_found"
     SESSION_ID_TAKEN = "session_id_taken"
+    TRANSFER_FAILED = "transfer_failed"
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,16 @@ class CallEnded(Event):
 
     type: ClassVar[str] = "call.ended"
     reason: str
+
+
+@dataclass(frozen=True)
+class CallTransfer(Event):
+    """The agent hands the call to ``target`` (its ``transfer_call``), now that what it
+    said first has played: the transport asks the provider (a REST call update, a SIP
+    REFER)."""
+
+    type: ClassVar[str] = "call.transfer"
+    target: str
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,13 @@ from voxpipe.audio.resample import StreamResampler
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.client_commands import ClientCommands
 from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
-from voxpipe.conversation.events import CallEnded, HistorySnapshot, SpeechStarted, SpeechStopped
+from voxpipe.conversation.events import (
+    CallEnded,
+    CallTransfer,
+    HistorySnapshot,
+    SpeechStarted,
+    SpeechStopped,
+)
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound, Uncommitted
 from voxpipe.conversation.keypad import Keypad, keypad_message
@@ -97,7 +103,7 @@ class Session(ClientCommands):
         self._barged: Reply | None = None  # the reply this turn's speech interrupted
         self._keypad = Keypad(self.turn_config.keypad_idle_ms, self.turn_config.keypad_max_digits)
         self._samples_in = 0  # the call's inbound audio at 16 kHz: the keypad's clock
-        self._ending: str | None = None  # a tool ended the call: after this reply
+        self._ending: CallEnded | CallTransfer | None = None  # a tool's, after this reply
         self._end_task: asyncio.Task[None] | None = None
         self._resampler = StreamResampler(input_sample_rate, STT_SAMPLE_RATE)
         self._pending = np.zeros(0, dtype=np.float32)
@@ -163,23 +169,29 @@ class Session(ClientCommands):
     def call_context(self) -> CallContext:
         """Who this call is for, as its tools are told (``agent/call_context.py``)."""
         return CallContext(
-            self.owner, self.record.call_id, self.id, self.transport, self.caller, self._end_call
+            self.owner,
+            self.record.call_id,
+            self.id,
+            self.transport,
+            self.caller,
+            lambda reason: self._after_reply(CallEnded(reason)),
+            lambda target: self._after_reply(CallTransfer(target)),
         )
 
-    def _end_call(self, reason: str) -> bool:
-        """A tool asked to end the call: it ends once the reply in progress has been heard
-        (:meth:`_on_reply_finished`). False if the call is over already."""
+    def _after_reply(self, event: CallEnded | CallTransfer) -> bool:
+        """A tool ended or transferred the call: the transport is told once the reply in
+        progress has been heard (:meth:`_on_reply_finished`). False if the call is over."""
         if self.closed:
             return False
-        self._ending = reason
+        self._ending = event
         return True
 
-    async def _end_after_playback(self, reason: str) -> None:
-        """The last reply is done; the caller hears it out, then the call ends."""
+    async def _end_after_playback(self, event: CallEnded | CallTransfer) -> None:
+        """The last reply is done; the caller hears it out, then the call ends or moves."""
         await asyncio.sleep(max(0.0, self.ctx.pacer.ends_at_ns - time.monotonic_ns()) / 1e9)
         if not self.closed:
-            self.counts["ended_by_agent"] += 1
-            await self._send_event(CallEnded(reason))
+            self.counts["ended_by_agent" if isinstance(event, CallEnded) else "transfers"] += 1
+            await self._send_event(event)
 
     @property
     def transport(self) -> str:

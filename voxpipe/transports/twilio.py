@@ -41,6 +41,7 @@ from voxpipe.conversation.events import (
     AudioDropped,
     AudioOut,
     CallEnded,
+    CallTransfer,
     ErrorCode,
     ErrorEvent,
     Event,
@@ -49,6 +50,7 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.session import Session
 from voxpipe.observability.printable import PrintableId
+from voxpipe.transports import twilio_rest
 from voxpipe.transports.base import (
     Undecodable,
     call_send_buffer,
@@ -207,6 +209,7 @@ class TwilioConnection:
         self.session: Session | None = None
         self.stream_sid = ""
         self.call_sid = ""
+        self.account_sid = ""
         self.bad_messages = 0
         self.problem = ""  # the last bad message: a refusal's close reason
         self._unplayed: deque[int] = deque(maxlen=PENDING_MARKS)  # marks sent, not echoed
@@ -354,6 +357,7 @@ class TwilioConnection:
             self._bad(refusal.code, refusal.message)
             return CloseCode.POLICY
         self.stream_sid, self.call_sid = info.streamSid, info.callSid
+        self.account_sid = info.accountSid
         self.session = self.call.open_session(
             info.streamSid,
             SessionSinks(self.send_event, self.send_audio),
@@ -410,6 +414,17 @@ class TwilioConnection:
         log.info("twilio stream %s: DTMF %s", self.stream_sid, digit)
         await session.key_pressed(digit)
 
+    async def _transfer(self, target: str) -> None:
+        """Twilio's REST API puts the call through (``twilio_rest.py``), which ends this
+        stream; if it refuses, the call goes on here, and the error is logged and counted."""
+        try:
+            await twilio_rest.transfer(self.cfg.telephony, self.account_sid, self.call_sid, target)
+        except twilio_rest.TransferFailed as exc:
+            self.services.metrics.errors.labels(ErrorCode.TRANSFER_FAILED).inc()
+            log.error("twilio call %s: the transfer failed: %s", self.call_sid, exc)
+            return
+        log.info("twilio call %s: transferred", self.call_sid)
+
     # -- sending ------------------------------------------------------------
 
     async def send_event(self, event: Event) -> None:
@@ -418,6 +433,8 @@ class TwilioConnection:
         elif isinstance(event, CallEnded):  # the stream ends; so does the call (docs/twilio.md)
             log.info("twilio stream %s: %s", self.stream_sid, event.reason)
             await self._close(CloseCode.NORMAL)
+        elif isinstance(event, CallTransfer):
+            await self._transfer(event.target)
         elif isinstance(event, AudioDropped):
             # Twilio has no error message: counted here, logged once per episode by the session.
             self.services.metrics.errors.labels(event.code).inc()
