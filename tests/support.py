@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,16 @@ def wait_ready(server: ServerProcess, timeout_s: float = 300) -> None:
 
 def stop_server(server: ServerProcess) -> None:
     server.stop()
+
+
+def serving(tmp: Path, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A server for a module fixture to ``yield from``: started, ready, stopped after."""
+    server = start_server(tmp, env)
+    try:
+        wait_ready(server)
+        yield server
+    finally:
+        stop_server(server)
 
 
 async def history_of(client: NativeClient) -> dict[str, Any]:

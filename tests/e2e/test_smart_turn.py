@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bench.turn_model import RATE, complete_sentence, paused_sentence, sentence_halves
-from tests.support import BRIEF, RunningServer, normalised, start_server, stop_server, wait_ready
+from tests.support import BRIEF, RunningServer, normalised, serving
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.config import Config
 from voxpipe.engines.model_files import SMART_TURN, ensure_wheel_member
@@ -38,14 +38,8 @@ def model() -> SmartTurn:
 
 @pytest.fixture(scope="module")
 def smart_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
-        tmp_path_factory.mktemp("smart"), env={"VOXPIPE_TURN__END_OF_TURN": "smart_turn"}
-    )
-    try:
-        wait_ready(running)
-        yield running
-    finally:
-        stop_server(running)
+    env = {"VOXPIPE_TURN__END_OF_TURN": "smart_turn"}
+    yield from serving(tmp_path_factory.mktemp("smart"), env)
 
 
 def test_complete_sentences_are_judged_complete(model: SmartTurn) -> None:

@@ -14,10 +14,8 @@ from typing import ClassVar
 
 import pytest
 
-from bench.turn_model import complete_sentence
-from tests.e2e.test_twilio import _turns, _url
-from tests.support import RunningServer, start_server, stop_server, wait_ready
-from voxpipe.clients.twilio_client import TwilioLine
+from tests.e2e.test_twilio import say_on_a_line
+from tests.support import RunningServer, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -57,23 +55,14 @@ def transfer_server(
         "VOXPIPE_TELEPHONY__TWILIO_API_BASE": f"http://127.0.0.1:{twilio_api.server_port}",
         "VOXPIPE_TELEPHONY__TWILIO_AUTH_TOKEN": TOKEN,
     }
-    running = start_server(tmp_path_factory.mktemp("transfer"), env=env)
-    try:
-        wait_ready(running)
-        yield running
-    finally:
-        stop_server(running)
+    yield from serving(tmp_path_factory.mktemp("transfer"), env)
 
 
 async def test_asking_for_a_person_transfers_the_call(transfer_server: RunningServer) -> None:
-    ask = complete_sentence("Can I speak to a person, please?")
-    async with TwilioLine(_url(transfer_server)) as line:
-        await line.connect()
-        line.say(ask, 16000)
-        (turn,) = await _turns(transfer_server, line.stream_sid, 1)
-        await line.wait_for(lambda: _Recorder.requests, 60)
-        unplayed_s = line.buffered_s
-        await line.hang_up()
+    ask = "Can I speak to a person, please?"
+    line, turn, unplayed_s, _ = await say_on_a_line(
+        transfer_server, ask, lambda _: _Recorder.requests
+    )
 
     assert [t["name"] for t in turn.get("tools", [])] == ["transfer_call"], turn.get("tools")
     assert "put you through" in turn["reply"], turn["reply"]

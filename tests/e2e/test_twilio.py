@@ -14,6 +14,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -66,6 +67,26 @@ async def _turns(server: RunningServer, stream_sid: str, count: int) -> list[dic
         if len(turns) >= count or time.monotonic() > deadline:
             return sorted(turns, key=lambda t: t["turn_id"])
         await asyncio.sleep(0.2)
+
+
+async def say_on_a_line(
+    server: RunningServer, words: str, until: Callable[[TwilioLine], object]
+) -> tuple[TwilioLine, dict[str, Any], float, int | None]:
+    """Say ``words`` (Piper's voice) on a new Twilio line and wait until the turn is
+    recorded and ``until(line)`` holds: the line, the turn's record, the seconds of the
+    reply still unplayed then, and the server's close code if it had hung up by then (else
+    the caller hangs up)."""
+    from bench.turn_model import complete_sentence
+
+    async with TwilioLine(_url(server)) as line:
+        await line.connect()
+        line.say(complete_sentence(words), 16000)
+        (turn,) = await _turns(server, line.stream_sid, 1)
+        await line.wait_for(lambda: until(line), 60)
+        unplayed_s, server_closed = line.buffered_s, line.closed_code
+        if server_closed is None:
+            await line.hang_up()
+    return line, turn, unplayed_s, server_closed
 
 
 async def test_a_phone_call_is_answered_in_mulaw(server: RunningServer) -> None:
