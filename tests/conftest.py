@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.rest_recorder import RestRecorder
 from tests.support import RunningServer, start_server, stop_server, wait_ready
 
 RESUME_GRACE_S = 3  # dropped connections' sessions expire quickly on the shared server
@@ -23,3 +24,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield running
     finally:
         stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def twilio_api() -> Iterator[RestRecorder]:
+    """A stand-in for Twilio's REST API that records what the server asks of it."""
+    with RestRecorder().running() as api:
+        yield api

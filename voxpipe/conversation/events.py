@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     SESSION_NOT_FOUND = "session_not_found"
     SESSION_ID_TAKEN = "session_id_taken"
     TRANSFER_FAILED = "transfer_failed"
+    CALL_FAILED = "call_failed"
 
 
 @dataclass(frozen=True)

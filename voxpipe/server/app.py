@@ -20,10 +20,9 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
@@ -45,12 +44,14 @@ from voxpipe.server.auth import (
     TokenRequest,
     TokenRequestError,
 )
+from voxpipe.server.json_body import json_body
 from voxpipe.server.lifecycle import serve_call
+from voxpipe.server.outbound import place_call
 from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
 from voxpipe.server.worker import WorkerHeader
-from voxpipe.transports.base import Transport, Undecodable, decode_json, describe_error
+from voxpipe.transports.base import Transport
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
 from voxpipe.transports.twilio import TwilioTransport
@@ -92,31 +93,6 @@ def load_cold_engines(config: Config, state: ServerState | None = None) -> Engin
     """The engines, not yet warm; a remote LLM's refusals go to the server's metrics."""
     on_refusal = None if state is None else functools.partial(state.metrics.upstream_refused, "llm")
     return load_engines(config, warm=False, on_refusal=on_refusal)
-
-
-async def _token_request(request: Request) -> TokenRequest | Response:
-    """The optional JSON body of ``POST /v1/tokens``, bounded and validated."""
-    body = bytearray()
-    try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_TOKEN_REQUEST_BYTES:
-                return error_response(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"a token request is at most {MAX_TOKEN_REQUEST_BYTES} bytes",
-                    413,
-                )
-    except ClientDisconnect:
-        return Response(status_code=400)
-    if not body.strip():
-        return TokenRequest()
-    payload = decode_json(bytes(body), MAX_TOKEN_REQUEST_BYTES)
-    if isinstance(payload, Undecodable):
-        return error_response(payload.code, f"the body is not valid JSON: {payload.reason}")
-    try:
-        return TokenRequest.model_validate(payload)
-    except ValidationError as exc:
-        return error_response(ErrorCode.INVALID_EVENT, f"token request: {describe_error(exc)}")
 
 
 def create_app(
@@ -220,7 +196,7 @@ def create_app(
                 "this server mints no tokens: set auth.token_secret (VOXPIPE_AUTH__TOKEN_SECRET)",
             )
             return JSONResponse(body.to_dict(), status_code=503)
-        wanted = await _token_request(request)
+        wanted = await json_body(request, TokenRequest, MAX_TOKEN_REQUEST_BYTES, "token request")
         if isinstance(wanted, Response):
             return wanted
         try:
@@ -239,6 +215,10 @@ def create_app(
             }
         )
 
+    async def calls(request: Request) -> Response:
+        """Dial out (``server/outbound.py``)."""
+        return await place_call(request, state)
+
     def websocket_route(transport: Transport) -> WebSocketRoute:
         async def endpoint(ws: WebSocket) -> None:
             await serve_call(ws, transport, state)
@@ -254,6 +234,7 @@ def create_app(
             Route("/readyz", readyz),
             Route("/metrics", metrics),
             Route("/v1/tokens", tokens, methods=["POST"]),
+            Route("/v1/calls", calls, methods=["POST"]),
             Route(webrtc.path, webrtc.offer, methods=["POST"]),
             *(websocket_route(t) for t in transports),
         ],
