@@ -88,8 +88,8 @@ class TurnConfig(BaseModel):
     resume_false_interruptions: bool = Field(
         True,
         description="Speech that interrupted a reply but holds no words (a cough, a door) or "
-        "only backchannel_phrases is not a turn: the reply goes on from the first word the "
-        "caller did not hear, and the history keeps the caller's sound out. Off: every "
+        "only backchannel_phrases is not a turn: the reply goes on from the sentence the "
+        "caller was cut off in, and the history keeps the caller's sound out. Off: every "
         "interruption is a turn.",
     )
     backchannel_phrases: list[str] = Field(

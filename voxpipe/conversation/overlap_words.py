@@ -4,7 +4,7 @@ Duration alone stops the agent for any 250 ms of voice, and "okay" or "mhm" last
 than that. So a barge-in is decided fast, by duration (the caller must not talk over the
 agent for long), and judged again by its words at the end of the overlap: speech with no
 words (a cough, a door) or only acknowledgements ("mhm", "yeah, okay", "I see") was not a
-turn, and the reply goes on from the first word the caller did not hear.
+turn, and the reply goes on from the sentence the caller was cut off in.
 """
 
 from __future__ import annotations
@@ -36,8 +36,24 @@ def is_acknowledgement(transcript: str, phrases: list[str], max_words: int) -> b
     return True
 
 
+BACK_UP_WORDS = 8  # the most words said again when the reply goes on
+
+
+def resume_at(heard: str) -> int:
+    """Where the reply goes on, as an index into the ``heard`` words: the start of the
+    sentence the caller was cut off in ("Number 1 is" -> "Number 1 is here."), or of its
+    clause when that is shorter, so the rest makes sense on its own; at most
+    :data:`BACK_UP_WORDS` back, else at the first word not heard."""
+    words = heard.split()
+    for marks in (".!?", ".!?,;:"):
+        ends = [i + 1 for i, w in enumerate(words) if w[-1] in marks]
+        start = ends[-1] if ends else 0
+        if len(words) - start <= BACK_UP_WORDS:
+            return start
+    return len(words)
+
+
 def unheard(generated: str, heard: str) -> str:
-    """The words of ``generated`` after the ``heard`` ones (a whole word count: the
-    playback tracker keeps whole words), for the reply to say again from there."""
-    said = len(heard.split())
-    return " ".join(generated.split()[said:])
+    """The words of ``generated`` from :func:`resume_at` on (the playback tracker keeps
+    whole words, so ``heard`` is a prefix of them)."""
+    return " ".join(generated.split()[resume_at(heard) :])

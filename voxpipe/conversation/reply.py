@@ -40,7 +40,12 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
-from voxpipe.conversation.overlap_words import is_acknowledgement, unheard, words_of
+from voxpipe.conversation.overlap_words import (
+    is_acknowledgement,
+    resume_at,
+    unheard,
+    words_of,
+)
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_audio import ReplyAudio
@@ -124,6 +129,7 @@ class Reply:
     # words, or a backchannel), this reply says the rest of that one instead of answering.
     resumes: Reply | None = None
     continues: int = 0  # it does: that reply's turn id (its message gets these words too)
+    repeats: int = 0  # ... saying again this many of the words heard (the cut sentence's)
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -308,6 +314,7 @@ class Reply:
         if words_of(self.transcript) and interrupted.generated.rstrip().endswith("?"):
             return None  # "yes" over a question (a readback's) answers it early
         self.continues = interrupted.turn_id
+        self.repeats = len(interrupted.heard_text.split()) - resume_at(interrupted.heard_text)
         return unheard(interrupted.generated, interrupted.heard_text)
 
     async def _carry_on(self, rest: str) -> None:

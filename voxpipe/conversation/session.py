@@ -438,7 +438,7 @@ class Session(ClientCommands):
         """Runs inside the reply task, before the next reply reads the history."""
         user, assistant = reply.user_message, None
         if reply.continues:
-            self._carry_on(reply)
+            assistant = self._carry_on(reply)  # a second backchannel joins it again
         elif user is None and any(ch.isalnum() for ch in reply.transcript):
             user = self.history.add_user(reply.transcript)
         if reply.answer_text and not reply.continues and (user is not None or reply.audio is None):
@@ -462,19 +462,23 @@ class Session(ClientCommands):
             stale = bool(counters.get("tools")) or reply.status is ReplyStatus.INTERRUPTED
             self.summarizer.after_turn(counters.get("llm", {}), stale)
 
-    def _carry_on(self, reply: Reply) -> None:
+    def _carry_on(self, reply: Reply) -> ChatMessage | None:
         """A false interruption's reply said the rest of the one it stopped: the history
-        holds the two as the one answer the caller heard, and no turn of the caller's."""
+        holds the two as the one answer the caller heard, and no turn of the caller's.
+        Returns the message that now holds the answer."""
         self.counts["false_interruptions"] += 1
         said, stopped = reply.answer_text, self._finished.get(reply.continues)
+        held = stopped.assistant if stopped is not None else None
         if not said:
-            return
-        joined = None
-        if stopped is not None and stopped.assistant is not None:
-            text = f"{stopped.assistant.content} {said}".strip()
-            joined = stopped.assistant = self.history.replace(stopped.assistant, text)
-        if joined is None:
-            self.history.add_assistant(said)
+            return held
+        if stopped is not None and held is not None:
+            kept = held.content.split()
+            kept = kept[: len(kept) - reply.repeats]  # the cut sentence is said again whole
+            joined = self.history.replace(held, " ".join([*kept, said]))
+            if joined is not None:
+                stopped.assistant = joined
+                return joined
+        return self.history.add_assistant(said)
 
     # -- client reports and requests ------------------------------------------
 

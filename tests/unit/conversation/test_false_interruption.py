@@ -11,7 +11,7 @@ import pytest
 from tests.unit.conversation.harness import Call, silence, speech
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
 from voxpipe.config.turn import BACKCHANNEL_PHRASES
-from voxpipe.conversation.overlap_words import is_acknowledgement, unheard
+from voxpipe.conversation.overlap_words import is_acknowledgement, resume_at, unheard
 
 
 def sentences(n: int) -> list[str]:
@@ -42,11 +42,14 @@ async def test_an_acknowledgement_over_the_reply_resumes_it(
     assert len(llm.calls) == 1  # the rest is said as it was written: no second request
     rest = unheard(first.generated_text, first.text)
     assert rest and second.text == rest
-    assert f"{first.text} {rest}".split() == first.generated_text.split()
+    assert rest.startswith("Number")  # the cut sentence again, whole
+    start = resume_at(first.text)
+    joined = " ".join([*first.text.split()[:start], rest])
+    assert joined.split() == first.generated_text.split()
     # One answer, heard in two parts, and none of the caller's sound.
     assert [(m.role, m.content) for m in call.session.history.turns] == [
         ("user", "tell me everything"),
-        ("assistant", f"{first.text} {rest}"),
+        ("assistant", joined),
     ]
     assert call.session.counts["false_interruptions"] == 1
     assert call.session.counts["interruptions"] == 1
@@ -102,6 +105,36 @@ def test_acknowledgements_are_only_acknowledgement_phrases() -> None:
         assert not is_acknowledgement(said, phrases, 4), said
 
 
-def test_the_rest_starts_at_the_first_word_not_heard() -> None:
-    assert unheard("One two three four.", "One two") == "three four."
+def test_the_rest_starts_with_the_sentence_the_caller_was_cut_off_in() -> None:
+    assert unheard("One two. Three four five.", "One two. Three") == "Three four five."
     assert unheard("One two.", "One two.") == ""
+    long = "a b c d e f g h i j k l m n o"
+    assert unheard(f"{long}, and more words here.", f"{long}, and") == "and more words here."
+    assert unheard(f"{long} {long}.", long) == long + "."  # no mark near: from the cut
+
+
+async def test_two_backchannels_keep_one_answer(make_call: Callable[..., Call]) -> None:
+    llm = FakeLlm(sentences(30), ["Never said."], delay_s=0.005)
+    stt = FakeStt("tell me everything", "Okay.", "Mm-hmm.")
+    call = make_call(stt=stt, llm=llm, tts=FakeTts(delay_s=0.005))
+    await call.say()
+    await call.until(lambda: len(call.frames(1)) >= 12)
+    await call.push(speech(12))  # "okay": stops the reply, which then goes on
+    await call.until(lambda: call.done(1) is not None)
+    await call.push(silence(30))
+    await call.until(lambda: len(call.frames(2)) >= 12)
+    await call.push(speech(12))  # a second acknowledgement, over the resumed reply
+    await call.until(lambda: call.done(2) is not None)
+    await call.push(silence(30))
+    await call.idle()
+
+    assert [call.done(i).status for i in (1, 2, 3)] == [  # type: ignore[union-attr]
+        "interrupted",
+        "interrupted",
+        "completed",
+    ]
+    assert len(llm.calls) == 1
+    history = [(m.role, m.content) for m in call.session.history.turns]
+    assert [role for role, _ in history] == ["user", "assistant"]
+    assert history[1][1].split() == "".join(sentences(30)).split()
+    assert call.session.counts["false_interruptions"] == 2
