@@ -67,6 +67,21 @@ async def realtime(server: RunningServer, beta: bool = False) -> AsyncIterator[L
             await listener.close()
 
 
+async def _brief_with(rt: Listener, turn_detection: dict[str, Any] | None) -> dict[str, Any]:
+    """A GA ``session.update`` to BRIEF with this ``turn_detection``; the session updated."""
+    await rt.send(
+        {
+            "type": "session.update",
+            "session": {
+                "type": "realtime",
+                "instructions": BRIEF,
+                "audio": {"input": {"turn_detection": turn_detection}},
+            },
+        }
+    )
+    return dict((await rt.next("session.updated"))["session"])
+
+
 def _done(rt: Listener, since: int, response_id: str | None = None) -> dict[str, Any] | None:
     for event in rt.of("response.done", since):
         if response_id in (None, event["response"]["id"]):
@@ -251,19 +266,8 @@ async def test_beta_barge_in_and_truncate_keep_only_what_was_heard(
 async def test_manual_commit_then_response_create(server: RunningServer) -> None:
     clip = librivox_clips()[2]
     async with realtime(server) as rt:
-        await rt.send(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "instructions": BRIEF,
-                    "audio": {"input": {"turn_detection": None}},
-                },
-            }
-        )
-        assert (await rt.next("session.updated"))["session"]["audio"]["input"][
-            "turn_detection"
-        ] is None
+        updated = await _brief_with(rt, None)
+        assert updated["audio"]["input"]["turn_detection"] is None
         # No VAD: the whole clip may arrive at once; the commit says where the turn ends.
         await rt.stream(_speech(clip), chunk_ms=200, real_time=False)
         await rt.send({"type": "input_audio_buffer.commit", "event_id": "commit-1"})
@@ -354,19 +358,7 @@ async def test_semantic_vad_waits_through_a_mid_sentence_pause(server: RunningSe
 
     clip = paused_sentence("I'd like a table for", "four people tonight.", 1.1)
     async with realtime(server) as rt:
-        await rt.send(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "instructions": BRIEF,
-                    "audio": {
-                        "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}
-                    },
-                },
-            }
-        )
-        updated = (await rt.next("session.updated"))["session"]
+        updated = await _brief_with(rt, {"type": "semantic_vad", "eagerness": "low"})
         before = len(rt.events)
         await rt.stream(pcm24k(clip, CLIP_RATE) + silence(1.5))
         response = await rt.wait_for(lambda: _done(rt, before), TURN_TIMEOUT_S)

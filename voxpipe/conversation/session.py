@@ -439,10 +439,11 @@ class Session(ClientCommands):
         user, assistant = reply.user_message, None
         if reply.continues:
             assistant = self._carry_on(reply)  # a second backchannel joins it again
-        elif user is None and any(ch.isalnum() for ch in reply.transcript):
-            user = self.history.add_user(reply.transcript)
-        if reply.answer_text and not reply.continues and (user is not None or reply.audio is None):
-            assistant = self.history.add_assistant(reply.answer_text)
+        else:
+            if user is None and any(ch.isalnum() for ch in reply.transcript):
+                user = self.history.add_user(reply.transcript)
+            if reply.answer_text and (user is not None or reply.audio is None):
+                assistant = self.history.add_assistant(reply.answer_text)
         self._finished.remember(reply.turn_id, TurnMessages(user, assistant, reply.tracker))
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)

@@ -87,7 +87,7 @@ class ReplyVoice:
     keep_talking: Callable[[str], None]  # start a SilenceGuard (first phrase), if none runs
     confirmed: Callable[[], Awaitable[bool]]  # a held reply is released; False: thrown away
     commit_turn: Callable[[], None]  # the caller's words join the history ahead of a call
-    caller_said: Callable[[], str] = lambda: ""  # the caller's words this reply answers
+    caller_said: Callable[[], str]  # the caller's words this reply answers
 
 
 class ToolRound:

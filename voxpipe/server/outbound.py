@@ -58,7 +58,7 @@ async def place_call(request: Request, state: ServerState) -> Response:
         sid = await twilio_rest.place_call(
             cfg, wanted.to, twilio_rest.stream_twiml(stream_url, parameters)
         )
-    except twilio_rest.TransferFailed as exc:
+    except twilio_rest.TwilioRefused as exc:
         log.error("outbound call for %s failed: %s", issuer, exc)
         state.metrics.errors.labels(ErrorCode.CALL_FAILED).inc()
         return error_response(ErrorCode.CALL_FAILED, f"the call was not placed: {exc}", 502)

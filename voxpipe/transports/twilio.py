@@ -419,7 +419,7 @@ class TwilioConnection:
         stream; if it refuses, the call goes on here, and the error is logged and counted."""
         try:
             await twilio_rest.transfer(self.cfg.telephony, self.account_sid, self.call_sid, target)
-        except twilio_rest.TransferFailed as exc:
+        except twilio_rest.TwilioRefused as exc:
             self.services.metrics.errors.labels(ErrorCode.TRANSFER_FAILED).inc()
             log.error("twilio call %s: the transfer failed: %s", self.call_sid, exc)
             return

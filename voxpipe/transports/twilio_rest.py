@@ -24,19 +24,10 @@ def dial_twiml(target: str) -> str:
 
 
 async def transfer(cfg: TelephonyConfig, account_sid: str, call_sid: str, target: str) -> None:
-    """Put call ``call_sid`` through to ``target``; raises :class:`TransferFailed`."""
+    """Put call ``call_sid`` through to ``target``; raises :class:`TwilioRefused`."""
     if cfg.twilio_auth_token is None:
-        raise TransferFailed("telephony.twilio_auth_token is not set")
-    base = cfg.twilio_api_base.rstrip("/")
-    url = f"{base}/2010-04-01/Accounts/{account_sid}/Calls/{call_sid}.json"
-    auth = (account_sid, cfg.twilio_auth_token.get_secret_value())
-    try:
-        async with httpx.AsyncClient(timeout=cfg.rest_timeout_s) as client:
-            response = await client.post(url, data={"Twiml": dial_twiml(target)}, auth=auth)
-    except httpx.HTTPError as exc:
-        raise TransferFailed(f"{type(exc).__name__}: {exc}") from exc
-    if response.status_code >= 300:
-        raise TransferFailed(f"Twilio answered {response.status_code}: {response.text[:200]}")
+        raise TwilioRefused("telephony.twilio_auth_token is not set")
+    await _post(cfg, account_sid, f"Calls/{call_sid}.json", {"Twiml": dial_twiml(target)})
 
 
 def stream_twiml(stream_url: str, parameters: dict[str, str]) -> str:
@@ -51,31 +42,38 @@ def stream_twiml(stream_url: str, parameters: dict[str, str]) -> str:
 
 async def place_call(cfg: TelephonyConfig, to: str, twiml: str) -> str:
     """Dial ``to`` from ``telephony.twilio_from``; the new call's SID. Raises
-    :class:`TransferFailed` (the provider refused, or is not configured)."""
-    missing = [
-        name
-        for name in ("twilio_account_sid", "twilio_auth_token", "twilio_from")
-        if getattr(cfg, name) is None
-    ]
-    if missing or cfg.twilio_auth_token is None or cfg.twilio_account_sid is None:
-        raise TransferFailed(f"telephony.{', telephony.'.join(missing)} not set")
+    :class:`TwilioRefused` (the provider refused, or is not configured)."""
+    account, token, caller = cfg.twilio_account_sid, cfg.twilio_auth_token, cfg.twilio_from
+    if account is None or token is None or caller is None:
+        names = ("twilio_account_sid", "twilio_auth_token", "twilio_from")
+        missing = [f"telephony.{n}" for n in names if getattr(cfg, n) is None]
+        raise TwilioRefused(f"{', '.join(missing)} not set")
+    response = await _post(cfg, account, "Calls.json", {"To": to, "From": caller, "Twiml": twiml})
+    try:
+        return str(response.json()["sid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TwilioRefused("Twilio's answer has no call sid") from exc
+
+
+async def _post(
+    cfg: TelephonyConfig, account_sid: str, path: str, form: dict[str, str]
+) -> httpx.Response:
+    """One request to the account's API, as Twilio authenticates it (the account SID and
+    its auth token); any failure to get a 2xx answer is :class:`TwilioRefused`."""
+    assert cfg.twilio_auth_token is not None  # the callers check, to name what is missing
     base = cfg.twilio_api_base.rstrip("/")
-    url = f"{base}/2010-04-01/Accounts/{cfg.twilio_account_sid}/Calls.json"
-    auth = (cfg.twilio_account_sid, cfg.twilio_auth_token.get_secret_value())
-    form = {"To": to, "From": cfg.twilio_from or "", "Twiml": twiml}
+    url = f"{base}/2010-04-01/Accounts/{account_sid}/{path}"
+    auth = (account_sid, cfg.twilio_auth_token.get_secret_value())
     try:
         async with httpx.AsyncClient(timeout=cfg.rest_timeout_s) as client:
             response = await client.post(url, data=form, auth=auth)
     except httpx.HTTPError as exc:
-        raise TransferFailed(f"{type(exc).__name__}: {exc}") from exc
+        raise TwilioRefused(f"{type(exc).__name__}: {exc}") from exc
     if response.status_code >= 300:
-        raise TransferFailed(f"Twilio answered {response.status_code}: {response.text[:200]}")
-    try:
-        sid = response.json()["sid"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TransferFailed("Twilio's answer has no call sid") from exc
-    return str(sid)
+        raise TwilioRefused(f"Twilio answered {response.status_code}: {response.text[:200]}")
+    return response
 
 
-class TransferFailed(Exception):
-    """The provider did not take the request (a transfer: the call goes on where it was)."""
+class TwilioRefused(Exception):
+    """Twilio did not take the request, or could not be asked (a transfer: the call goes
+    on where it was; an outbound call: none is placed)."""

@@ -11,7 +11,7 @@ from voxpipe.agent.call_control import transfer_call_to
 from voxpipe.agent.closing import asks_for_a_person
 from voxpipe.agent.tools import ToolDefinitionError
 from voxpipe.config import TelephonyConfig
-from voxpipe.transports.twilio_rest import TransferFailed, dial_twiml, transfer
+from voxpipe.transports.twilio_rest import TwilioRefused, dial_twiml, transfer
 
 
 def test_dial_twiml_for_a_number_and_a_sip_uri() -> None:
@@ -22,13 +22,13 @@ def test_dial_twiml_for_a_number_and_a_sip_uri() -> None:
 
 
 async def test_no_token_is_a_clear_failure() -> None:
-    with pytest.raises(TransferFailed, match="twilio_auth_token"):
+    with pytest.raises(TwilioRefused, match="twilio_auth_token"):
         await transfer(TelephonyConfig(), "AC1", "CA1", "+15550199")
 
 
 async def test_an_error_status_and_no_answer_are_failures() -> None:
     cfg = TelephonyConfig(twilio_api_base="http://127.0.0.1:9", twilio_auth_token=SecretStr("t"))
-    with pytest.raises(TransferFailed, match="ConnectError"):
+    with pytest.raises(TwilioRefused, match="ConnectError"):
         await transfer(cfg.model_copy(update={"rest_timeout_s": 1.0}), "AC1", "CA1", "+1555")
 
     def refuse(request: httpx.Request) -> httpx.Response:
@@ -41,7 +41,7 @@ async def test_an_error_status_and_no_answer_are_failures() -> None:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(httpx.AsyncClient, "__init__", mocked)
-        with pytest.raises(TransferFailed, match="404"):
+        with pytest.raises(TwilioRefused, match="404"):
             await transfer(cfg, "AC1", "CA1", "+1555")
 
 
