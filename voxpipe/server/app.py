@@ -51,10 +51,10 @@ from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
 from voxpipe.server.worker import WorkerHeader
+from voxpipe.transports import telephony
 from voxpipe.transports.base import Transport
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
-from voxpipe.transports.twilio import TwilioTransport
 
 log = logging.getLogger("voxpipe.server")
 
@@ -225,7 +225,7 @@ def create_app(
 
         return WebSocketRoute(transport.path, endpoint)
 
-    transports: list[Transport] = [NativeTransport(), TwilioTransport(), RealtimeTransport()]
+    transports: list[Transport] = [NativeTransport(), RealtimeTransport(), *telephony.transports()]
     app = Starlette(
         routes=[
             Route("/", index),

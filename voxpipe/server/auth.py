@@ -37,7 +37,9 @@ TOKEN_PREFIX = "vxt1."
 OPENAI_KEY_SUBPROTOCOL = "openai-insecure-api-key."
 QUERY_PARAMS = ("api_key", "token")  # the query parameters a credential may come in
 HEADER = "the Authorization header"  # where a Bearer credential was found, as refusals say
-TransportName = Literal["native", "realtime", "twilio", "webrtc"]  # each transport's ``name``
+TransportName = Literal[  # each transport's ``name``
+    "native", "realtime", "webrtc", "twilio", "telnyx", "plivo", "vonage", "exotel"
+]
 TRANSPORTS: tuple[str, ...] = get_args(TransportName)
 SUBJECT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 MAX_TOKEN_CHARS = 4096  # a token is a few hundred characters; anything longer is not ours

@@ -22,7 +22,7 @@ from voxpipe.server.json_body import json_body
 from voxpipe.server.state import ServerState
 from voxpipe.server.webrtc_offers import error_response
 from voxpipe.transports import twilio_rest
-from voxpipe.transports.twilio import MAX_INSTRUCTIONS
+from voxpipe.transports.telephony.base import MAX_INSTRUCTIONS
 
 log = logging.getLogger("voxpipe.outbound")
 

@@ -32,7 +32,7 @@ from voxpipe.server.auth import (
 from voxpipe.server.token_replay import MemoryReplayGuard, RedisReplayGuard, ReplayUnavailable
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
-from voxpipe.transports.twilio import TwilioTransport
+from voxpipe.transports.telephony import PROVIDERS
 
 SECRET = "s" * 40
 OTHER_SECRET = "t" * 40
@@ -167,7 +167,7 @@ def test_the_token_request_is_validated() -> None:
 
 
 def test_transport_names_are_the_transports_own() -> None:
-    names = {NativeTransport.name, TwilioTransport.name, RealtimeTransport.name, "webrtc"}
+    names = {NativeTransport.name, RealtimeTransport.name, "webrtc", *(p.name for p in PROVIDERS)}
     assert set(TRANSPORTS) == names
 
 

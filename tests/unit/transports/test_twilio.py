@@ -14,68 +14,24 @@ import numpy as np
 import pytest
 from starlette.websockets import WebSocket
 
-from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.transports.media_stream import LOUD_PCM, QUIET_PCM, StreamLine
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.config import Config
 from voxpipe.conversation.events import AudioOut, PlaybackClear
-from voxpipe.conversation.services import Services
-from voxpipe.engines.base import Engines
-from voxpipe.engines.queued import Runners
-from voxpipe.engines.runner import EngineRunner
-from voxpipe.observability.metrics import Metrics
-from voxpipe.observability.turn_log import TurnLog
-from voxpipe.server.calls import CallRegistry
-from voxpipe.transports.call import Call
-from voxpipe.transports.twilio import TwilioConnection, TwilioTransport
+from voxpipe.transports.telephony.base import TelephonyTransport
+from voxpipe.transports.telephony.twilio import Twilio
 
 SID = "MZ" + "a" * 32
 CALL = "CA" + "b" * 32
 ACCOUNT = "AC" + "c" * 32
-LOUD = ulaw_encode(np.full(160, 16384, dtype="<i2").tobytes())  # 20 ms the fake VAD hears
-QUIET = ulaw_encode(bytes(320))
+LOUD = ulaw_encode(LOUD_PCM)  # 20 ms the fake VAD hears
+QUIET = ulaw_encode(QUIET_PCM)
 
 
-class FakeSocket:
-    """What the transport uses of a Starlette WebSocket: receive, send_text, close."""
-
-    def __init__(self) -> None:
-        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.sent: list[dict[str, Any]] = []
-        self.close_code: int | None = None
-        self.close_reason: str | None = None
-
-    async def receive(self) -> dict[str, Any]:
-        return await self.inbox.get()
-
-    async def send_text(self, text: str) -> None:
-        self.sent.append(json.loads(text))
-
-    async def close(self, code: int = 1000, reason: str | None = None) -> None:
-        self.close_code, self.close_reason = code, reason
-
-    def text(self, message: dict[str, Any] | str) -> None:
-        text = message if isinstance(message, str) else json.dumps(message)
-        self.inbox.put_nowait({"type": "websocket.receive", "text": text})
-
-    def of(self, event: str) -> list[dict[str, Any]]:
-        return [m for m in self.sent if m["event"] == event]
-
-
-class Line:
-    """One Twilio stream into a TwilioConnection on fake engines."""
+class Line(StreamLine):
+    """One Twilio stream into the telephony base on fake engines."""
 
     def __init__(self, **config: dict[str, Any]) -> None:
-        self.config = Config.load(audio={"playback_lead_ms": 50}, **config)
-        self.metrics = Metrics()
-        runners = Runners(
-            *(EngineRunner(name, observer=self.metrics) for name in ("vad", "stt", "llm", "tts"))
-        )
-        engines = Engines(FakeVad(), FakeStt(), FakeLlm(), FakeTts(samples_per_clause=8000))
-        self.services = Services(self.config, engines, runners, self.metrics, TurnLog(None))
-        self.ws = FakeSocket()
-        self.call = Call("twilio", self.services, CallRegistry(4, self.metrics))
-        self.conn = TwilioConnection(cast(WebSocket, self.ws), self.call)
-        self.task = asyncio.create_task(self.conn.run())
+        super().__init__(Twilio, **config)
         self.sequence = 0
         self.sid, self.call_sid, self.account = SID, CALL, ACCOUNT  # the provider's ids
 
@@ -115,20 +71,6 @@ class Line:
             self.media(LOUD if i < loud_frames else QUIET, chunk=i + 1)
             await asyncio.sleep(0.002)
 
-    def errors(self, code: str) -> float:
-        value = self.metrics.registry.get_sample_value("voxpipe_errors_total", {"code": code})
-        return value or 0.0
-
-    async def until(self, condition: Any, within_s: float = 5.0) -> None:
-        async with asyncio.timeout(within_s):
-            while not condition():  # noqa: ASYNC110  # polls the transport's state
-                await asyncio.sleep(0.005)
-
-    async def close(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
-        self.services.runners.close()
-
 
 @pytest.fixture
 async def line() -> AsyncIterator[Line]:
@@ -138,7 +80,7 @@ async def line() -> AsyncIterator[Line]:
 
 
 def test_the_transport_is_plain_websocket_with_no_error_text() -> None:
-    transport = TwilioTransport()
+    transport = TelephonyTransport(Twilio)
     assert (transport.name, transport.path) == ("twilio", "/v1/twilio")
     assert transport.subprotocol(cast(WebSocket, None)) is None
     assert transport.error_text(cast(Any, "unauthorized"), "invalid API key") is None

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from tests.unit.conversation.test_inbound_overflow import SlowVad
-from tests.unit.transports import test_twilio
+from tests.unit.transports import media_stream
 from tests.unit.transports.test_twilio import QUIET, Line
 
 DROPPED = {"direction": "inbound", "policy": "drop_oldest", "transport": "twilio"}
 
 
 def line_with(vad: SlowVad, monkeypatch: pytest.MonkeyPatch, **config: dict[str, Any]) -> Line:
-    monkeypatch.setattr(test_twilio, "FakeVad", lambda: vad)
+    monkeypatch.setattr(media_stream, "fake_vad", lambda: vad)
     return Line(**config)
 
 

@@ -1,0 +1,146 @@
+"""Telnyx Media Streaming at ``/v1/telnyx`` (``docs/telephony.md#telnyx``).
+
+Call Control's ``streaming_start`` (or TeXML's ``<Stream>``) with ``stream_url`` set to
+``wss://host/v1/telnyx`` and ``stream_bidirectional_mode: "rtp"`` opens the socket. Telnyx sends
+JSON text: ``connected``, ``start`` (``stream_id``, the call's ``call_control_id``, ``from``,
+``custom_parameters`` and ``media_format``: PCMU or PCMA at 8 kHz, or L16, big-endian as RTP
+carries it, at 8 or 16 kHz), ``media`` (base64 RTP payloads), ``dtmf``, ``mark`` (echoes; a
+``clear`` returns the marks it dropped), ``error`` and ``stop``. It takes ``media``, ``mark``
+and ``clear``. The reply goes out in the start's format: set ``stream_bidirectional_codec``
+(and its sampling rate) to the same as ``stream_codec``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from voxpipe.observability.printable import PrintableId
+from voxpipe.transports.telephony.base import (
+    Audio,
+    Digit,
+    Ignored,
+    Inbound,
+    KeyInfo,
+    MarkInfo,
+    Numeral,
+    Played,
+    Provider,
+    ProviderError,
+    Refused,
+    Started,
+    Stopped,
+    TrackMedia,
+    WireMessage,
+    b64,
+    compact,
+    messages_of,
+)
+from voxpipe.transports.telephony.codec import AudioFormat, Encoding
+
+ENCODINGS = {"PCMU": Encoding.MULAW, "PCMA": Encoding.ALAW, "L16": Encoding.PCM16BE}
+
+
+class Connected(WireMessage):
+    event: Literal["connected"]
+    version: str = Field(max_length=32)
+
+
+class MediaFormat(WireMessage):
+    encoding: Literal["PCMU", "PCMA", "L16"]
+    sample_rate: Literal[8000, 16000]
+    channels: Literal[1]
+
+
+class StartInfo(WireMessage):
+    call_control_id: PrintableId
+    media_format: MediaFormat
+    from_: str | None = Field(None, alias="from", max_length=256)
+    custom_parameters: dict[str, str] = Field(default_factory=dict)
+
+
+class _StreamMessage(WireMessage):
+    sequence_number: Numeral
+    stream_id: PrintableId
+
+
+class Start(_StreamMessage):
+    event: Literal["start"]
+    start: StartInfo
+
+
+class Media(_StreamMessage):
+    event: Literal["media"]
+    media: TrackMedia
+
+
+class Mark(_StreamMessage):
+    event: Literal["mark"]
+    mark: MarkInfo
+
+
+class Dtmf(_StreamMessage):
+    event: Literal["dtmf"]
+    dtmf: KeyInfo
+
+
+class ErrorInfo(WireMessage):
+    code: int | str
+    title: str = Field("", max_length=256)
+    detail: str = Field("", max_length=512)
+
+
+class Error(_StreamMessage):
+    event: Literal["error"]
+    payload: ErrorInfo
+
+
+class Stop(_StreamMessage):
+    event: Literal["stop"]
+
+
+class Telnyx(Provider):
+    name = "telnyx"
+    title = "Telnyx"
+    messages = messages_of(Connected, Start, Media, Mark, Dtmf, Error, Stop)
+    start_event = "start"
+
+    def inbound(self, message: WireMessage) -> Inbound | Refused:
+        if isinstance(message, Connected):
+            return Ignored(None, f"version {message.version}")
+        assert isinstance(message, _StreamMessage)
+        sid = message.stream_id
+        if isinstance(message, Start):
+            info = message.start
+            wire = AudioFormat(ENCODINGS[info.media_format.encoding], info.media_format.sample_rate)
+            return Started(
+                sid,
+                call_id=info.call_control_id,
+                audio=wire,
+                parameters=info.custom_parameters,
+                caller=info.from_,
+                about=f"Telnyx {info.media_format.encoding}",
+            )
+        if isinstance(message, Media):
+            if message.media.track != "inbound":
+                return Ignored(sid, "of the outbound track")
+            return Audio(sid, message.media.payload, f"media {message.media.chunk}")
+        if isinstance(message, Mark):
+            return Played(sid, message.mark.name)
+        if isinstance(message, Dtmf):
+            return Digit(sid, message.dtmf.digit)
+        if isinstance(message, Error):
+            error = message.payload
+            return ProviderError(sid, f"error {error.code}: {error.title}: {error.detail}")
+        assert isinstance(message, Stop)
+        return Stopped(sid, "Telnyx sent stop: the call hung up")
+
+    def media(self, stream: Started, payload: bytes) -> str:
+        return compact({"event": "media", "media": {"payload": b64(payload)}})
+
+    def mark(self, stream: Started, name: str) -> str:
+        return compact({"event": "mark", "mark": {"name": name}})
+
+    def clear(self, stream: Started) -> str:
+        return compact({"event": "clear"})

@@ -1,0 +1,121 @@
+"""Vonage Voice API WebSockets at ``/v1/vonage`` (``docs/telephony.md#vonage``).
+
+An NCCO ``connect`` action with a ``websocket`` endpoint (``uri: wss://host/v1/vonage``,
+``content-type: audio/l16;rate=16000`` or ``rate=8000``) opens the socket. Unlike the others,
+the audio is binary: each binary frame is 20 ms of 16-bit little-endian PCM, both ways, and
+Vonage takes whole 20 ms frames only (640 bytes at 16 kHz), so the last frame of a reply is
+padded with silence. Text frames are JSON: first ``websocket:connected`` (the content type,
+and the endpoint's ``headers`` at the top level: the call's parameters), then
+``websocket:dtmf`` (a key), ``websocket:notify`` (the echo of a ``notify`` action, our mark,
+once the audio before it has played) and ``websocket:cleared`` (a ``clear`` action was done).
+No message names the call: the NCCO's ``headers`` may (``call_uuid``), else the session gets a
+random id. There is no stop message: the socket closes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from voxpipe.observability.printable import check_id
+from voxpipe.transports.telephony.base import (
+    Audio,
+    Digit,
+    DigitKey,
+    Ignored,
+    Inbound,
+    Played,
+    Provider,
+    Refused,
+    Started,
+    WireMessage,
+    compact,
+    messages_of,
+)
+from voxpipe.transports.telephony.codec import AudioFormat, Encoding
+
+CALL_HEADER = "call_uuid"  # the NCCO header that names the call (the answer webhook's uuid)
+FRAME_MS = 20
+MAX_HEADERS = 32
+
+
+class Connected(WireMessage):
+    """Its extra fields are the NCCO endpoint's ``headers``, so they are kept."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+    event: Literal["websocket:connected"]
+    content_type: Literal["audio/l16;rate=16000", "audio/l16;rate=8000"] = Field(
+        alias="content-type"
+    )
+
+    @property
+    def headers(self) -> dict[str, str]:
+        extra: dict[str, Any] = self.model_extra or {}
+        strings = {k: v for k, v in extra.items() if isinstance(v, str) and len(k) <= 64}
+        return dict(list(strings.items())[:MAX_HEADERS])
+
+
+class Dtmf(WireMessage):
+    event: Literal["websocket:dtmf"]
+    digit: DigitKey
+
+
+class Notify(WireMessage):
+    event: Literal["websocket:notify"]
+    payload: dict[str, Any]
+
+
+class Cleared(WireMessage):
+    event: Literal["websocket:cleared"]
+
+
+class Vonage(Provider):
+    name = "vonage"
+    title = "Vonage"
+    messages = messages_of(Connected, Dtmf, Notify, Cleared)
+    start_event = "websocket:connected"
+    frame_ms = FRAME_MS
+
+    def inbound(self, message: WireMessage) -> Inbound | Refused:
+        if isinstance(message, Connected):
+            headers = message.headers
+            call = headers.get(CALL_HEADER, "")
+            if not _named_id(call):
+                call = uuid.uuid4().hex  # the NCCO named none: the session's own id
+            rate = 16000 if message.content_type.endswith("16000") else 8000
+            return Started(
+                call,
+                call_id=call,
+                audio=AudioFormat(Encoding.PCM16LE, rate),
+                parameters=headers,
+                about="Vonage",
+            )
+        if isinstance(message, Dtmf):
+            return Digit(None, message.digit)
+        if isinstance(message, Notify):
+            name = message.payload.get("mark")
+            return Played(None, name if isinstance(name, str) else repr(name)[:64])
+        return Ignored(None, "Vonage's buffer is cleared")
+
+    def binary(self, data: bytes) -> Inbound | Refused:
+        return Audio(None, data, "audio frame")
+
+    def media(self, stream: Started, payload: bytes) -> bytes:
+        return payload
+
+    def mark(self, stream: Started, name: str) -> str:
+        return compact({"action": "notify", "payload": {"mark": name}})
+
+    def clear(self, stream: Started) -> str:
+        return compact({"action": "clear"})
+
+
+def _named_id(value: str) -> bool:
+    try:
+        check_id(value)
+    except ValueError:
+        return False
+    return True
