@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from voxpipe.conversation.events import ErrorCode
 from voxpipe.observability.printable import PrintableId
 from voxpipe.transports.telephony.base import (
     NO_INBOUND,
@@ -104,6 +105,10 @@ class Plivo(Provider):
             if "inbound" not in info.tracks:
                 return NO_INBOUND
             wire = info.mediaFormat
+            if wire.encoding == "audio/x-mulaw" and wire.sampleRate != 8000:
+                return Refused(
+                    ErrorCode.INVALID_EVENT, "start: audio/x-mulaw is 8000 Hz only", True
+                )
             return Started(
                 info.streamId,
                 call_id=info.callId,

@@ -1,0 +1,336 @@
+"""A telephony provider's side of a media stream, for tests and benchmarks of ``/v1/<provider>``.
+
+A line plays the provider as its docs describe it: it opens the stream (the provider's
+``connected``/``start``), sends 20 ms of the caller's audio every 20 ms in real time
+(silence when nothing is being said), and plays what the server sends as the provider
+does: reply audio goes into a playback buffer drained in real time, a mark (checkpoint,
+notify) is echoed once the audio queued before it has played, and a clear empties the
+buffer (echoing the marks still in it where the provider does). ``press`` sends a key,
+``hang_up`` ends the call as the provider does (its stop, or closing the socket).
+
+:class:`PhoneLine` is all of that; a provider's line (``twilio_client.py``,
+``telephony_clients.py``) only writes and reads its messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import websockets
+
+from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
+from voxpipe.audio.pcm import float_to_pcm16
+from voxpipe.audio.resample import resample
+
+PLAYER_TICK_S = 0.005
+MEDIA, MARK, CLEAR = "media", "mark", "clear"  # the kinds a line plays; others are only kept
+Outgoing = dict[str, Any] | bytes  # a JSON message (numbered as it goes out) or a binary frame
+
+
+@dataclass
+class Received:
+    """One message from the server, with when it arrived (monotonic seconds). ``kind``: what
+    the line made of it (media, mark, clear, or the message's own event); ``pcm``: a media
+    message's audio as PCM16, ``mark``: a mark's name."""
+
+    at: float
+    message: dict[str, Any]
+    kind: str = ""
+    pcm: bytes = b""
+    mark: str = ""
+
+
+@dataclass
+class _Buffered:
+    ends_at: float  # when the audio up to and including this item has played
+    mark: str | None = None  # a mark's name; None for audio
+
+
+@dataclass
+class Said:
+    """Speech queued on the line; ``sent`` is set once its last frame has gone out."""
+
+    frames: int
+    sent: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PhoneLine(ABC):
+    rate: ClassVar[int] = 8000
+    frame_ms: ClassVar[int] = 20  # caller audio a media message carries
+    echoes_cleared_marks: ClassVar[bool] = True  # a clear sends back the marks it dropped
+    sequence_key: ClassVar[str | None] = None  # the field numbering messages in send order
+    sequence_as_text: ClassVar[bool] = True  # "7" (Twilio, Telnyx, Exotel) or 7 (Plivo)
+
+    def __init__(self, url: str, custom_parameters: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.custom_parameters = custom_parameters or {}
+        self.stream_sid = str(uuid.uuid4())
+        self.call_sid = str(uuid.uuid4())
+        self.received: list[Received] = []
+        self.echoed: list[str] = []  # mark names sent back, in order
+        self.dropped: list[str] = []  # marks a clear dropped and the provider does not echo
+        self.received_s = 0.0  # reply audio received
+        self.cleared_s = 0.0  # of which a clear dropped this much unplayed
+        self._ws: Any = None
+        self._chunk = 0
+        self._sequence = 0
+        self._started = 0.0
+        self._send_lock = asyncio.Lock()
+        self._line: deque[bytes] = deque()
+        self._said: deque[tuple[int, Said]] = deque()  # (frame number of its last frame, said)
+        self._buffer: deque[_Buffered] = deque()
+        self._ends_at = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+
+    # -- the provider's messages ------------------------------------------------
+
+    @abstractmethod
+    def opening(self) -> list[Outgoing]:
+        """What the provider sends as the socket opens, up to its start."""
+
+    @abstractmethod
+    def media(self, payload: bytes, chunk: int, timestamp_ms: int) -> Outgoing:
+        """20 ms of the caller's audio, in the line's encoding."""
+
+    @abstractmethod
+    def key(self, digit: str) -> Outgoing:
+        """A key press."""
+
+    @abstractmethod
+    def echo(self, name: str) -> Outgoing:
+        """The echo of a mark whose audio has played."""
+
+    @abstractmethod
+    def stop(self) -> Outgoing | None:
+        """The provider's end of the call; None: it only closes the socket."""
+
+    @abstractmethod
+    def read(self, message: dict[str, Any]) -> Received:
+        """What a JSON message from the server is (its ``at`` is set when it is kept)."""
+
+    def read_binary(self, data: bytes) -> Received:
+        """A binary message: reply audio, for providers that send it so."""
+        return Received(0.0, {}, "binary")
+
+    def encode(self, pcm16: bytes) -> bytes:
+        """PCM16 -> the line's encoding (μ-law unless the provider says otherwise)."""
+        return ulaw_encode(pcm16)
+
+    def decode(self, data: bytes) -> bytes:
+        return ulaw_decode(data)
+
+    def after_clear(self, dropped: list[str]) -> list[Outgoing]:
+        """What the provider sends once it has cleared: by default, the dropped marks' echoes."""
+        return [self.echo(name) for name in dropped]
+
+    @property
+    def frame_bytes(self) -> int:
+        return len(self.encode(bytes(self.rate * self.frame_ms // 1000 * 2)))
+
+    # -- the stream ---------------------------------------------------------
+
+    async def __aenter__(self) -> PhoneLine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        self._ws = await websockets.connect(
+            self.url, open_timeout=30, max_size=4 << 20, **self.connect_options()
+        )
+        for message in self.opening():
+            await self._send(message)
+        self._started = time.monotonic()
+        self._tasks = [
+            asyncio.create_task(self._read(), name="line-read"),
+            asyncio.create_task(self._send_media(), name="line-media"),
+            asyncio.create_task(self._play(), name="line-play"),
+        ]
+
+    def connect_options(self) -> dict[str, Any]:
+        """Extra handshake options (headers) the provider sends."""
+        return {}
+
+    async def _send(self, message: Outgoing) -> None:
+        """Send, numbering each JSON message that has the sequence field in send order."""
+        async with self._send_lock:
+            await self._ws.send(self.wire(message))
+
+    def wire(self, message: Outgoing) -> str | bytes:
+        """A message as it goes out: JSON numbered in send order, or the binary frame."""
+        if isinstance(message, bytes):
+            return message
+        if self.sequence_key is not None and self.sequence_key in message:
+            self._sequence += 1
+            number = self._sequence
+            message[self.sequence_key] = str(number) if self.sequence_as_text else number
+        return json.dumps(message)
+
+    async def _send_media(self) -> None:
+        frames = 0
+        silence = self.encode(bytes(self.frame_bytes * 2 // self.width))
+        frame_s = self.frame_ms / 1000
+        while True:
+            await asyncio.sleep(max(0.0, self._started + frames * frame_s - time.monotonic()))
+            payload = self._line.popleft() if self._line else silence
+            self._chunk += 1
+            timestamp = round((time.monotonic() - self._started) * 1000)
+            await self._send(self.media(payload, self._chunk, timestamp))
+            frames += 1
+            while self._said and self._said[0][0] <= frames:
+                self._said.popleft()[1].sent.set()
+
+    @property
+    def closed_code(self) -> int | None:
+        """The server's close code once it has closed the stream (it hung up); None while
+        the stream is open."""
+        return None if self._ws is None else self._ws.close_code
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self._ws:
+                await self._on(raw)
+        finally:
+            self._changed.set()  # the server closed: a waiter may be waiting for that
+
+    async def _on(self, raw: str | bytes) -> None:
+        got = self.read_binary(raw) if isinstance(raw, bytes) else self.read(json.loads(raw))
+        now = got.at = time.monotonic()
+        self.received.append(got)
+        if got.kind == MEDIA:
+            duration = len(got.pcm) / 2 / self.rate
+            self.received_s += duration
+            self._ends_at = max(self._ends_at, now) + duration
+            self._buffer.append(_Buffered(self._ends_at))
+        elif got.kind == MARK:
+            self._buffer.append(_Buffered(max(self._ends_at, now), got.mark))
+        elif got.kind == CLEAR:
+            dropped = [item.mark for item in self._buffer if item.mark is not None]
+            self.cleared_s += self.buffered_s
+            self._buffer.clear()
+            self._ends_at = now
+            if not self.echoes_cleared_marks:
+                self.dropped.extend(dropped)
+            for message in self.after_clear(dropped):
+                await self._send(message)
+            if self.echoes_cleared_marks:
+                self.echoed.extend(dropped)
+        self._changed.set()
+
+    async def _play(self) -> None:
+        """The provider's playback clock: echo each mark when the audio before it has played."""
+        while True:
+            await asyncio.sleep(PLAYER_TICK_S)
+            now = time.monotonic()
+            while self._buffer and self._buffer[0].ends_at <= now:
+                item = self._buffer.popleft()
+                if item.mark is not None:
+                    self.echoed.append(item.mark)
+                    await self._send(self.echo(item.mark))
+                    self._changed.set()
+
+    # -- the caller ---------------------------------------------------------
+
+    def say(self, audio: np.ndarray, rate: int) -> Said:
+        """Queue speech (float mono at ``rate``) on the line after whatever is queued."""
+        wire = self.encode(float_to_pcm16(resample(audio, rate, self.rate)))
+        size = self.frame_bytes
+        chunks = [wire[i : i + size] for i in range(0, len(wire), size)]
+        chunks[-1] = chunks[-1] + self.encode(bytes((size - len(chunks[-1])) * 2 // self.width))
+        said = Said(len(chunks))
+        self._line.extend(chunks)
+        self._said.append((self._chunk + len(self._line), said))
+        return said
+
+    @property
+    def width(self) -> int:
+        """Bytes a sample on the wire."""
+        return len(self.encode(b"\0\0"))
+
+    async def press(self, digit: str) -> None:
+        await self._send(self.key(digit))
+
+    async def send_raw(self, text: str | bytes) -> None:
+        await self._ws.send(text)
+
+    @property
+    def buffered_s(self) -> float:
+        return max(0.0, self._ends_at - time.monotonic())
+
+    @property
+    def played_s(self) -> float:
+        """Reply audio the caller has heard so far."""
+        return self.received_s - self.cleared_s - self.buffered_s
+
+    def played_out(self) -> bool:
+        """Nothing is left to play and every mark received is echoed (or dropped by a
+        clear). A probe, so that marks still on the wire when a test starts waiting count."""
+        settled = len(self.echoed) + len(self.dropped)
+        return self.buffered_s == 0 and settled == len(self.of(MARK))
+
+    def of(self, kind: str, since: float = 0.0) -> list[Received]:
+        return [r for r in self.received if r.kind == kind and r.at >= since]
+
+    async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
+        """Wait until ``probe()`` returns something truthy, and return it."""
+        deadline = time.monotonic() + timeout_s
+        while not (result := probe()):
+            self._changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"condition not met within {timeout_s:.0f} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
+        return result
+
+    async def hang_up(self) -> int | None:
+        """End the call as the provider does; the server's close code."""
+        await self._stop_tasks()
+        stop = self.stop()
+        if stop is None:
+            await self._ws.close()
+        else:
+            await self._send(stop)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._ws.wait_closed(), 10)
+        code: int | None = self._ws.close_code
+        return code
+
+    async def _stop_tasks(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks = []
+
+    async def close(self) -> None:
+        await self._stop_tasks()
+        if self._ws is not None:
+            with contextlib.suppress(Exception):
+                await self._ws.close()
+
+
+def read_media_mark_clear(line: PhoneLine, message: dict[str, Any]) -> Received:
+    """The server's ``media``/``mark``/``clear`` in Twilio's shape (base64 ``media.payload``,
+    ``mark.name``), which Telnyx and Exotel share."""
+    kind = str(message.get("event", ""))
+    if kind == MEDIA:
+        pcm = line.decode(base64.b64decode(message["media"]["payload"]))
+        return Received(0.0, message, MEDIA, pcm=pcm)
+    if kind == MARK:
+        return Received(0.0, message, MARK, mark=message["mark"]["name"])
+    return Received(0.0, message, kind)
