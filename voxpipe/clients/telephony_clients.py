@@ -87,7 +87,10 @@ class PlivoLine(PhoneLine):
         return {"event": event, "sequenceNumber": None, "streamId": self.stream_sid, **body}
 
     def _headers(self) -> str:
-        return ";".join(f"{k}={v}" for k, v in self.custom_parameters.items())
+        """The XML's ``extraHeaders``: Plivo takes letters and digits only, so other values
+        (instructions with spaces, a number's ``+``) cannot be passed and are left out."""
+        pairs = [(k, v.lstrip("+")) for k, v in self.custom_parameters.items()]
+        return ";".join(f"{k}={v}" for k, v in pairs if k.isalnum() and v.isalnum())
 
     def opening(self) -> list[Outgoing]:
         start = {
@@ -129,6 +132,10 @@ class PlivoLine(PhoneLine):
 class VonageLine(PhoneLine):
     rate = 16000
     echoes_cleared_marks = False  # websocket:cleared, no notify for what it dropped
+
+    def __init__(self, url: str, custom_parameters: dict[str, str] | None = None) -> None:
+        super().__init__(url, custom_parameters)
+        self.stream_sid = self.call_sid  # no stream id: the NCCO's call_uuid names the session
 
     def encode(self, pcm16: bytes) -> bytes:
         return pcm16

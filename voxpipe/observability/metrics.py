@@ -166,7 +166,7 @@ class Metrics:
         )
         self.dtmf = Counter(
             "voxpipe_dtmf_total",
-            "DTMF key presses received (Twilio), by digit.",
+            "DTMF key presses received on phone lines, by digit.",
             ["digit"],
             registry=r,
         )
