@@ -269,6 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="twilio",
         help="twilio: each clip through 8 kHz mu-law and back, as a phone caller is heard",
     )
+    turn_model.add_argument("--verbose", action="store_true", help="print every clip")
+    turn_model.add_argument(
+        "--thresholds",
+        type=lambda text: [tuple(map(float, pair.split("/"))) for pair in text.split(",")],
+        default=[(0.005, 0.0), (0.005, 0.05)],
+        help="llm_turn_end_threshold/llm_turn_complete_threshold pairs to run "
+        "(comma-separated, e.g. 0.005/0.05,0.01/0.1)",
+    )
     turn_model.add_argument("--out", type=Path, default=Path("bench-results/turn-model.json"))
     turn_model.set_defaults(func=cmd_turn_model)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,13 +58,17 @@ def test_a_sentence_cut_at_its_pause_is_judged_unfinished(model: SmartTurn) -> N
         assert so_far < 0.5 <= whole, f"{first!r}: {so_far:.2f}, whole {whole:.2f}"
 
 
-async def _turns(url: str, audio: np.ndarray) -> tuple[list[int], str]:
+async def _turns(
+    url: str, audio: np.ndarray, checks: list[Any] | None = None
+) -> tuple[list[int], str]:
     async with NativeClient(url) as client:
         await client.connect(instructions=BRIEF)
         first = await client.speak(audio, RATE)
         await asyncio.sleep(2.0)  # the rest of the sentence, and any turn it makes
         last = await client.wait_for(lambda: client.completed_turn(max(client.turns)), 60)
     heard = " ".join(t.transcript for t in (first, last) if t is not None)
+    if checks is not None and last is not None:
+        checks += last.metrics.get("turn_model", [])
     return sorted(client.turns), normalised(heard)
 
 
@@ -72,6 +77,22 @@ async def test_smart_turn_waits_through_a_mid_sentence_pause(smart_server: Runni
         turns, heard = await _turns(smart_server.ws, paused_sentence(first, rest, pause_s))
         assert turns == [1], f"{first!r} / {rest!r}: cut into turns {turns} ({heard!r})"
         assert word in heard, heard
+
+
+async def test_the_words_hold_a_pause_the_model_hears_as_finished(
+    smart_server: RunningServer,
+) -> None:
+    """Smart Turn hears "The problem is that my laptop" as finished at every pause length
+    (docs/benchmarks.md); the LLM, reading the words, does not, and the turn waits."""
+    audio = paused_sentence(
+        "The problem is that my laptop", "will not connect to the network.", 0.9
+    )
+    checks: list[Any] = []
+    turns, heard = await _turns(smart_server.ws, audio, checks)
+    assert turns == [1], f"cut into turns {turns} ({heard!r}), checks {checks}"
+    assert "network" in heard, heard
+    held = [c for c in checks if c["p"] >= 0.5 and c["verdict"] == "unfinished"]
+    assert held and "p_end" in held[0], checks
 
 
 async def test_the_fixed_silence_cuts_the_same_pause(server: RunningServer) -> None:

@@ -70,6 +70,7 @@ from voxpipe.engines.base import (
     ToolCallDelta,
     ToolCallRequest,
     ToolSpec,
+    Transcription,
     Urgency,
 )
 from voxpipe.engines.runner import EngineBusy, JobClock
@@ -110,6 +111,7 @@ class Reply:
     previous: Reply | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
     transcript: str = ""
+    heard: Transcription | None = None  # made at the turn model's check: no STT of its own
     generated: str = ""
     heard_text: str | None = None  # set when interrupted
     heard_ms: float | None = None
@@ -254,7 +256,9 @@ class Reply:
                 return
             clock = JobClock()
             with self.stages.stt(clock):
-                transcript = await self.ctx.services.stt.transcribe(self.audio, clock)
+                transcript = self.heard or await self.ctx.services.stt.transcribe(self.audio, clock)
+            if self.heard is not None:
+                self.timeline.counters["stt_at_check"] = True
             self.transcript = transcript.text.strip()
             self.timeline.counters["transcript"] = self.transcript
             rest = self._false_interruption()

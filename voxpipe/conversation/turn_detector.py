@@ -7,9 +7,10 @@ A turn ends after a fixed silence (``turn.silence_ms``), or, with ``end_of_turn:
 smart_turn``, after a silence the turn model chooses: once the caller has been silent for
 :data:`CHECK_AFTER_MS` the detector asks (an ``END_CANDIDATE`` event carrying the turn so
 far) and whoever runs the model answers with :meth:`TurnDetector.judged` before the next
-window. A turn judged complete ends after ``smart_turn_complete_ms`` of silence; one judged
-unfinished, or not judged, after ``smart_turn_max_silence_ms``. The model itself never runs
-here: its verdict is just another input, like the speech probability.
+window. The verdict picks the silence that ends the turn (:class:`Verdict`): complete,
+``smart_turn_complete_ms``; likely complete, ``silence_ms``; unfinished, or not judged,
+``smart_turn_max_silence_ms``. The model itself never runs here: its verdict is just
+another input, like the speech probability.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from enum import Enum
 import numpy as np
 
 from voxpipe.config import TurnConfig
+
+
+class Verdict(Enum):
+    """What the turn so far sounds and reads like, at a silence (``end_of_turn: smart_turn``)."""
+
+    COMPLETE = "complete"  # ends after smart_turn_complete_ms
+    LIKELY_COMPLETE = "likely_complete"  # the turn model doubted, the words did not: silence_ms
+    UNFINISHED = "unfinished"  # ends after smart_turn_max_silence_ms
 
 
 class TurnEventKind(Enum):
@@ -65,9 +74,13 @@ class TurnDetector:
             self._silence = max(1, round(config.smart_turn_max_silence_ms * ms / window_samples))
         else:
             self._silence = max(1, round(config.silence_ms * ms / window_samples))
-        self._complete_silence = max(1, round(config.smart_turn_complete_ms * ms / window_samples))
         self._check = max(1, round(CHECK_AFTER_MS * ms / window_samples))
-        self._complete: bool | None = None  # the turn model's verdict on this silence
+        self._verdict_silence = {
+            Verdict.COMPLETE: max(1, round(config.smart_turn_complete_ms * ms / window_samples)),
+            Verdict.LIKELY_COMPLETE: max(1, round(config.silence_ms * ms / window_samples)),
+            Verdict.UNFINISHED: self._silence,
+        }
+        self._ends_at: int | None = None  # windows of silence this silence's verdict allows
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
         self._prefix: deque[np.ndarray] = deque(maxlen=pad + self._min_speech)
@@ -110,12 +123,12 @@ class TurnDetector:
         self._turn.append(window)
         if prob >= self._release:
             self._silence_run = 0
-            self._complete = None  # speech again: a verdict on the last silence is moot
+            self._ends_at = None  # speech again: a verdict on the last silence is moot
             if prob >= self.cfg.threshold:
                 self._last_speech_end = self.samples
         else:
             self._silence_run += 1
-        ends_at = self._complete_silence if self._complete else self._silence
+        ends_at = self._ends_at or self._silence
         if self._silence_run >= ends_at or len(self._turn) >= self._max_windows:
             return self._end_turn()
         if self._smart and self._silence_run == self._check:
@@ -127,11 +140,11 @@ class TurnDetector:
             )
         return None
 
-    def judged(self, complete: bool) -> None:
-        """The turn model's verdict on the turn of the last ``END_CANDIDATE``: it holds
-        until speech resumes. Ignored outside speech (the turn ended meanwhile)."""
+    def judged(self, verdict: Verdict) -> None:
+        """The verdict on the turn of the last ``END_CANDIDATE``: it holds until speech
+        resumes. Ignored outside speech (the turn ended meanwhile)."""
         if self._in_speech and self._silence_run > 0:
-            self._complete = complete
+            self._ends_at = self._verdict_silence[verdict]
 
     def turn_audio(self) -> np.ndarray:
         """The current turn's audio so far: up to the last speech plus a short tail."""
@@ -149,7 +162,7 @@ class TurnDetector:
         self._in_speech = False
         self._speech_run = 0
         self._silence_run = 0
-        self._complete = None
+        self._ends_at = None
         self._turn = []
         return event
 

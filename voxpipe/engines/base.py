@@ -276,6 +276,22 @@ class BatchingLlm(Protocol):
         ...
 
 
+@runtime_checkable
+class TurnJudgingLlm(Protocol):
+    """An LLM that can say, from a call's conversation and the caller's words so far,
+    how likely those words end the caller's turn: the probability that the model's next
+    token closes the user's message (or a sentence). The embedded model reads it from the
+    call's own KV sequence, so the reply that follows evaluates only its last few tokens.
+    A remote server cannot give one token's probability cheaply and is not asked."""
+
+    def turn_ends(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> float | None:
+        """``messages`` end with the caller's words so far (a user message). None: not
+        judged (the call's sequence is not warm enough to judge cheaply)."""
+        ...
+
+
 class LlmEngine(Protocol):
     name: str
 

@@ -116,6 +116,10 @@ class _Request:
     max_tokens: int  # 0: evaluate the prompt only (a prefill)
     rules: ReplyRules | None
     sampler: TokenSampler | None
+    # A judgement (:meth:`BatchedLlama.judge`): the tokens whose probability, after the
+    # prompt, is the answer; and the most prompt it may evaluate beyond its cached prefix.
+    targets: tuple[int, ...] | None = None
+    max_prefill: int = 0
     out: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
     slot: _Slot | None = None
     phase: Phase = Phase.PREFILL
@@ -231,6 +235,29 @@ class BatchedLlama:
         for _ in self._results(request):
             pass
 
+    def judge(
+        self,
+        session_id: str,
+        prompt: list[int],
+        targets: Sequence[int],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        *,
+        max_prefill: int,
+    ) -> float | None:
+        """The probability that the token after ``prompt`` is one of ``targets``, read from
+        the session's own sequence, where ``prompt`` stays (a reply that extends it then
+        evaluates only the rest). A judgement is urgent but never costly: it is refused
+        (None) when more than ``max_prefill`` of ``prompt`` is not already in a sequence."""
+        request = _Request(
+            session_id, prompt, cancel, usage, Urgency(), 0, None, None, tuple(targets),
+            max_prefill,
+        )  # fmt: skip
+        answer = None
+        for item in self._results(request):
+            answer = float(item)
+        return answer
+
     def _results(self, request: _Request) -> Iterator[str]:
         with self._cond:
             if self._closed:
@@ -329,7 +356,7 @@ class BatchedLlama:
             request = views[key][0]
             start = request.evaluated
             last = start + count == len(request.prompt)
-            wants = last and request.max_tokens > 0
+            wants = last and (request.max_tokens > 0 or request.targets is not None)
             entries.append(_Entry(request, start, n + count - 1, last))
             n = self._put(n, request, request.prompt[start : start + count], logits=wants)
         self._batch.n_tokens = n
@@ -351,6 +378,8 @@ class BatchedLlama:
                 continue
             if request.phase is Phase.PREFILL:  # the prompt is in
                 if request.max_tokens == 0:
+                    if request.targets is not None:
+                        request.out.put(self._probability(entry.row, request.targets))
                     self._finish(request, "stop")
                     continue
                 request.phase = Phase.DECODE
@@ -428,6 +457,12 @@ class BatchedLlama:
         token = request.sampler.sample(logits, request.generated)
         self._take(request, token)
 
+    def _probability(self, row: int, targets: tuple[int, ...]) -> float:
+        pointer = self._cpp.llama_get_logits_ith(self._ctx, row)
+        logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).astype(np.float64)
+        weights = np.exp(logits - logits.max())
+        return float(weights[list(targets)].sum() / weights.sum())
+
     def _take(self, request: _Request, token: int) -> None:
         usage = request.usage
         if request.cancel.cancelled or request.abandoned:
@@ -468,6 +503,10 @@ class BatchedLlama:
 
     def _admit(self, request: _Request) -> None:
         """Give ``request`` a slot holding as much of its prompt as can be had."""
+        if request.targets is not None and not self._warm_for(request):
+            request.usage.finish_reason = "cold"
+            request.out.put(_END)
+            return
         try:
             slot, restored = self._claim(request.session_id, request.prompt)
         except EngineError as error:
@@ -476,7 +515,7 @@ class BatchedLlama:
         slot.busy = True
         slot.owner = request.session_id
         reused = common_prefix(slot.tokens, request.prompt)
-        if reused == len(request.prompt) and request.max_tokens:
+        if reused == len(request.prompt) and (request.max_tokens or request.targets is not None):
             reused -= 1  # replay the last token for fresh logits
         self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         del slot.tokens[reused:]
@@ -488,6 +527,25 @@ class BatchedLlama:
         usage.prefill_tokens = len(request.prompt) - reused
         usage.finish_reason = "length"
         self._active.append(request)
+
+    def _warm_for(self, request: _Request) -> bool:
+        """A judgement runs only where all but ``max_prefill`` of its prompt is already in:
+        the session's own free sequence, its saved state, or (a call with neither, on its
+        first turn) the prefix any sequence holds, as its first reply would share it."""
+        sid, prompt = request.session_id, request.prompt
+        with self._cond:
+            saved = self.states.tokens(sid)
+        free = [s for s in self._slots if not s.busy]
+        own = [s for s in free if s.owner == sid]
+        if own:
+            held = max(common_prefix(s.tokens, prompt) for s in own)
+        elif saved is not None:
+            held = common_prefix(saved, prompt)
+        elif free and not any(s.owner == sid for s in self._slots):
+            held = max(common_prefix(s.tokens, prompt) for s in self._slots)
+        else:
+            return False  # its sequence is busy (a reply of the call): never a second one
+        return len(prompt) - held <= request.max_prefill
 
     def _claim(self, session_id: str, prompt: list[int]) -> tuple[_Slot, bool]:
         free = [s for s in self._slots if not s.busy]

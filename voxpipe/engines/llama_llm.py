@@ -34,6 +34,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import ctypes
+import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -73,6 +74,9 @@ from voxpipe.engines.tool_family import (
 
 # Segment texts tokenized, kept to spare re-tokenizing a call's history every turn.
 _TOKENS_KEPT = 4096
+# A turn judgement evaluates at most this many tokens beyond the call's cached prefix (the
+# caller's words, about 10 ms a token in a batch on 2 cores): more is not judged.
+JUDGE_MAX_PREFILL = 48
 
 # A caller's sentence of typical length (about 25 tokens), for the warm-up.
 WARMUP_SENTENCE = (
@@ -165,6 +169,29 @@ class LlamaLlm:
             state_cache_bytes=state_cache_bytes,
             turns=self._turns,
         )
+
+    def turn_ends(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> float | None:
+        """:class:`~voxpipe.engines.base.TurnJudgingLlm`: the probability that what follows
+        the caller's words is the end of their message or a sentence's final stop, read
+        in the batch from the call's own sequence. The template closes the user's message
+        with an end-of-turn token; the prompt stops just before it."""
+        tokens, _ = self.prompt_tokens(messages, add_header=False)
+        ends = [i for i, token in enumerate(tokens) if self._is_end(token)]
+        if not ends:
+            return None
+        cut = ends[-1]
+        targets = (tokens[cut], *self._sentence_stops)
+        return self.batch.judge(
+            session_id, tokens[:cut], targets, cancel, LlmUsage(), max_prefill=JUDGE_MAX_PREFILL
+        )
+
+    @functools.cached_property
+    def _sentence_stops(self) -> tuple[int, ...]:
+        """The tokens of ".", "?" and "!" alone (those the vocabulary has as one token)."""
+        stops = (self._text(mark) for mark in (".", "?", "!"))
+        return tuple(t[0] for t in stops if len(t) == 1)
 
     def _template(self, model_path: Path, override: Path | None) -> ChatTemplate:
         model = self._llm._model

@@ -51,6 +51,11 @@ class StateCache:
     def __contains__(self, key: str) -> bool:
         return key in self._items
 
+    def tokens(self, key: str) -> np.ndarray | None:
+        """The tokens of ``key``'s saved state, if any, leaving it in place."""
+        state = self._items.get(key)
+        return None if state is None else state.tokens
+
     def __len__(self) -> int:
         return len(self._items)
 

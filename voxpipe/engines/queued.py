@@ -29,6 +29,7 @@ from voxpipe.engines.base import (
     ToolSpec,
     Transcription,
     TtsEngine,
+    TurnJudgingLlm,
     TurnModel,
     Urgency,
     VadEngine,
@@ -214,6 +215,16 @@ class QueuedLlm(Queued[LlmEngine]):
         return await self.runner.call(
             lambda: engine.prefill(session_id, messages, cancel, tools=tools), clock
         )
+
+    async def turn_ends(
+        self, session_id: str, messages: Sequence[ChatMessage], clock: JobClock | None = None
+    ) -> float | None:
+        """:meth:`TurnJudgingLlm.turn_ends`, or None from an engine that cannot judge."""
+        engine = self.engine
+        if not isinstance(engine, TurnJudgingLlm):
+            return None
+        cancel = CancelToken()
+        return await self.runner.call(lambda: engine.turn_ends(session_id, messages, cancel), clock)
 
     def forget(self, session_id: str) -> None:
         """Drop the state kept for ``session_id`` (no model runs: not queued)."""

@@ -7,7 +7,7 @@ import numpy as np
 
 from tests.unit.conversation.test_turn_detector import W, feed, window_ids
 from voxpipe.config import TurnConfig
-from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
+from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind, Verdict
 
 # 3 windows of speech to start; asked after 2 silent windows (64 ms); a complete turn ends
 # after 4 silent windows (128 ms), an unfinished one after 20 (640 ms).
@@ -38,7 +38,7 @@ def _speak_then_pause(detector: TurnDetector) -> int:
 def test_a_turn_judged_complete_ends_after_the_short_silence() -> None:
     detector = TurnDetector(SMART, W)
     nxt = _speak_then_pause(detector)
-    detector.judged(True)
+    detector.judged(Verdict.COMPLETE)
     events = feed(detector, [0.0] * 10, first=nxt)
     assert [(i, e.kind) for i, e in events] == [(13, TurnEventKind.SPEECH_STOPPED)]
     assert events[0][1].sample == 10 * W
@@ -47,7 +47,7 @@ def test_a_turn_judged_complete_ends_after_the_short_silence() -> None:
 def test_a_turn_judged_unfinished_waits_for_the_longest_silence() -> None:
     detector = TurnDetector(SMART, W)
     nxt = _speak_then_pause(detector)
-    detector.judged(False)
+    detector.judged(Verdict.UNFINISHED)
     events = feed(detector, [0.0] * 30, first=nxt)
     assert [(i, e.kind) for i, e in events] == [(29, TurnEventKind.SPEECH_STOPPED)]
 
@@ -61,11 +61,11 @@ def test_unjudged_silence_ends_only_at_the_longest_silence() -> None:
 def test_speech_after_a_complete_verdict_forgets_it_and_asks_again() -> None:
     detector = TurnDetector(SMART, W)
     nxt = _speak_then_pause(detector)
-    detector.judged(True)
+    detector.judged(Verdict.COMPLETE)
     events = feed(detector, [0.9, 0.0, 0.0, 0.0, 0.0, 0.0], first=nxt)
     # the caller went on at window 12: no end at 13; asked again after 2 more silent windows
     assert [(i, e.kind) for i, e in events] == [(14, TurnEventKind.END_CANDIDATE)]
-    detector.judged(False)
+    detector.judged(Verdict.UNFINISHED)
     assert detector.in_speech
     assert feed(detector, [0.0] * 15, first=18)[-1][0] == 32  # the 20th silent window after 12
 
@@ -73,7 +73,7 @@ def test_speech_after_a_complete_verdict_forgets_it_and_asks_again() -> None:
 def test_a_verdict_after_the_turn_ended_is_ignored() -> None:
     detector = TurnDetector(SMART, W)
     feed(detector, [0.9] * 10 + [0.0] * 20)
-    detector.judged(True)
+    detector.judged(Verdict.COMPLETE)
     assert feed(detector, [0.9] * 3 + [0.0] * 4, first=30)[-1][1].kind is (
         TurnEventKind.END_CANDIDATE
     ), "the next turn starts unjudged"
