@@ -311,7 +311,7 @@ def endpoint(
             out.checks.append(time.perf_counter() - t)
             said = Verdict.COMPLETE if complete else Verdict.UNFINISHED
             if stt is not None:
-                words = _heard(stt, event.audio)
+                words = _heard(stt, detector.as_ended(event.audio))
                 unfinished = ends_unfinished(words, turn.unfinished_words)
                 asked = p_end is not None and turn.llm_turn_end_threshold and not unfinished
                 said = verdict(complete, unfinished, p_end(words) if asked else None, turn)

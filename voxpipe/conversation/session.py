@@ -383,7 +383,8 @@ class Session(ClientCommands):
         started a silence earlier (the reply takes it if no speech follows)."""
         assert event.audio is not None
         clock = JobClock()
-        heard = await self.services.stt.transcribe(event.audio, clock)
+        audio = self._detector.as_ended(event.audio)
+        heard = await self.services.stt.transcribe(audio, clock)
         self._checked = ((event.start, event.sample), heard)
         return heard
 

@@ -38,6 +38,10 @@ class TurnEventKind(Enum):
     END_CANDIDATE = "end_candidate"  # smart_turn: silence began; judge the turn so far
 
 
+# The turn's audio keeps this many windows of the silence that ended it: Whisper tiny hears
+# the last word better with it ("table for four" was "for... for" with one window less).
+TAIL_WINDOWS = 3
+
 # Smart Turn is asked after this much silence, not at the first quiet window: Silero dips
 # between words, and each check costs a Whisper-encoder inference (docs/benchmarks.md).
 CHECK_AFTER_MS = 64
@@ -148,7 +152,7 @@ class TurnDetector:
 
     def turn_audio(self) -> np.ndarray:
         """The current turn's audio so far: up to the last speech plus a short tail."""
-        tail = max(0, self._silence_run - 3)
+        tail = max(0, self._silence_run - TAIL_WINDOWS)
         windows = self._turn[: len(self._turn) - tail] if tail else self._turn
         return np.concatenate(windows) if windows else np.zeros(0, np.float32)
 
@@ -165,6 +169,13 @@ class TurnDetector:
         self._ends_at = None
         self._turn = []
         return event
+
+    def as_ended(self, audio: np.ndarray) -> np.ndarray:
+        """``audio`` of an ``END_CANDIDATE`` as the turn's end would give it: with the full
+        tail of silence, zeros where it is not yet heard, so a transcript made at the check
+        is the one the end of the turn would make."""
+        missing = max(0, TAIL_WINDOWS - self._silence_run) if self._in_speech else 0
+        return np.concatenate([audio, np.zeros(missing * self.window, audio.dtype)])
 
     @property
     def speech_start_sample(self) -> int:
