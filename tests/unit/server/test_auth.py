@@ -403,6 +403,19 @@ def refusal(client: TestClient, path: str) -> tuple[dict[str, Any] | None, int]:
     return event, closed.value.code
 
 
+def test_every_phone_route_takes_the_same_credentials_as_twilio_s() -> None:
+    with app() as client:
+        wait_ready(client)
+        native_only = post_token(client, json={"transports": ["native"]}).json()["token"]
+        for provider in PROVIDERS:
+            path = f"/v1/{provider.name}"
+            assert refusal(client, path) == (None, 1008), path  # no credentials
+            assert refusal(client, f"{path}?token={native_only}") == (None, 1008), path
+            token = post_token(client, json={"transports": [provider.name]}).json()["token"]
+            with client.websocket_connect(f"{path}?token={token}") as ws:
+                ws.close()  # admitted: its start would open the call
+
+
 def test_a_token_for_native_is_refused_by_every_other_door() -> None:
     with app() as client:
         wait_ready(client)
