@@ -89,10 +89,11 @@ class TurnConfig(BaseModel):
         default_factory=lambda: list(UNFINISHED_WORDS),
         max_length=500,
         description="With the turn model (end_of_turn smart_turn, or a Realtime client's "
-        "semantic_vad): a turn it judges complete is transcribed at once, and if the words "
-        "so far end on one of these ('a table for', 'from the station to') the turn waits "
-        "as not complete. That transcript is the turn's own when the caller says no more. "
-        "Empty: the model's verdict alone.",
+        "semantic_vad): each check also transcribes the turn so far, and if the words end on "
+        "one of these ('a table for', 'from the station to') the turn waits as not "
+        "complete. That transcript is the turn's own when the caller says no more. Empty "
+        "(and llm_turn_end_threshold 0): the model's verdict alone, no transcript at the "
+        "check.",
     )
     llm_turn_end_threshold: float = Field(
         0.005,

@@ -55,9 +55,9 @@ from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.tool_ledger import UNKNOWN_SAID, ToolLedger, ToolRun
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind, Verdict
+from voxpipe.conversation.turn_judge import TurnJudge
 from voxpipe.conversation.turn_messages import FinishedTurns, TurnMessages
 from voxpipe.conversation.turn_taking import TurnTaking, Yield
-from voxpipe.conversation.turn_words import ends_unfinished, verdict
 from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage, Transcription
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.latency_split import ClientTiming
@@ -103,7 +103,6 @@ class Session(ClientCommands):
         self._checks: list[dict[str, Any]] = []  # the turn model's verdicts in this turn
         # The transcript a check made of the turn so far, keyed by the turn's speech (start,
         # last speech sample): the turn's own if the caller says nothing more.
-        self._checked: tuple[tuple[int, int], Transcription] | None = None
         self._barged: Reply | None = None  # the reply this turn's speech interrupted
         self._keypad = Keypad(self.turn_config.keypad_idle_ms, self.turn_config.keypad_max_digits)
         self._samples_in = 0  # the call's inbound audio at 16 kHz: the keypad's clock
@@ -144,6 +143,7 @@ class Session(ClientCommands):
         self.summarizer = Summarizer(session_id, services, self.history, self.ledger.offered)
         self.partials = PartialTranscripts(services, send_event)
         self.counts: Counter[str] = Counter()
+        self._turn_judge = TurnJudge(session_id, services, self.counts)
         self._inbound = Inbound(
             session_id, services, input_sample_rate, send_event, self._process, self.counts
         )
@@ -320,41 +320,23 @@ class Session(ClientCommands):
             self._start_held()
 
     async def _judge(self, event: TurnEvent) -> None:
-        """The verdict on a silence that may end the turn: the turn model's, checked
-        against the words so far (:mod:`~voxpipe.conversation.turn_words`). The words are
-        transcribed beside the model's check: the answer needs that transcript anyway, and
-        takes it if the caller says no more. Awaited before the next window, so the
-        detector's sample clock waits for it: the verdict lands on the same window whatever
-        the engines' speed (the windows queue meanwhile, off the loop)."""
-        model, detector, cfg = self.services.turn_model, self._detector, self.turn_config
-        if model is None or event.audio is None:
+        """The verdict on a silence that may end the turn (:class:`TurnJudge`). Awaited
+        before the next window, so the detector's sample clock waits for it: the verdict
+        lands on the same window whatever the engines' speed (the windows queue meanwhile,
+        off the loop)."""
+        detector = self._detector
+        if self.services.turn_model is None or event.audio is None:
             detector.judged(Verdict.UNFINISHED)  # no model: the longest silence ends the turn
             return
-        clock = JobClock()
-        by_words = bool(cfg.unfinished_words or cfg.llm_turn_end_threshold)
-        if by_words:
-            prob, heard = await asyncio.gather(
-                model.probability_complete(event.audio, clock), self._transcribe_so_far(event)
-            )
-        else:
-            prob, heard = await model.probability_complete(event.audio, clock), None
-        self.services.metrics.observe_job("turn", clock.queue_s, clock.compute_s)
-        check: dict[str, Any] = {"p": round(prob, 3), "ms": round(clock.compute_s * 1000, 1)}
-        words = heard.text.strip() if heard is not None else ""
-        unfinished = ends_unfinished(words, cfg.unfinished_words)
-        p_end = None
-        if heard is not None:
-            check["words"] = words
-            if not unfinished and cfg.llm_turn_end_threshold and self._llm_may_judge():
-                p_end = await self._llm_turn_ends(words)
-        if p_end is not None:
-            check["p_end"] = round(p_end, 4)
-        said = verdict(prob >= cfg.smart_turn_threshold, unfinished, p_end, cfg)
-        check["verdict"] = said.value
-        if said is Verdict.UNFINISHED and prob >= cfg.smart_turn_threshold:
-            self.counts["turn_held_by_words"] += 1
-        elif said is Verdict.LIKELY_COMPLETE:
-            self.counts["turn_ended_by_words"] += 1
+        said, check = await self._turn_judge.judge(
+            event,
+            detector.as_ended(event.audio),
+            self.turn_config,
+            self._llm_may_judge,
+            self.history.messages,
+        )
+        if detector is not self._detector:
+            return  # the turn was reset (cleared, or turn-taking changed) meanwhile
         detector.judged(said)
         self._checks.append(check)
 
@@ -365,34 +347,6 @@ class Session(ClientCommands):
         turns = self._turns
         idle = turns.speaking() is None and turns.held is None
         return idle and not self.ledger.offered()
-
-    async def _llm_turn_ends(self, words: str) -> float | None:
-        """The LLM's probability that the caller's words end the turn. The words lose the
-        stop Whisper puts at every pause: the question is whether one belongs there."""
-        bare = words.rstrip(".?!,;:… ")
-        if not any(ch.isalnum() for ch in bare):
-            return None
-        clock = JobClock()
-        messages = [*self.history.messages(), ChatMessage("user", bare)]
-        p_end = await self.services.llm.turn_ends(self.id, messages, clock)
-        self.services.metrics.observe_job("turn_words", clock.queue_s, clock.compute_s)
-        return p_end
-
-    async def _transcribe_so_far(self, event: TurnEvent) -> Transcription:
-        """The turn so far, transcribed at the check: the STT the answer needs anyway,
-        started a silence earlier (the reply takes it if no speech follows)."""
-        assert event.audio is not None
-        clock = JobClock()
-        audio = self._detector.as_ended(event.audio)
-        heard = await self.services.stt.transcribe(audio, clock)
-        self._checked = ((event.start, event.sample), heard)
-        return heard
-
-    def _transcript_of(self, start: int, last_speech: int) -> Transcription | None:
-        """The check's transcript, if it was made of this very turn (no speech since)."""
-        if self._checked is not None and self._checked[0] == (start, last_speech):
-            return self._checked[1]
-        return None
 
     async def _on_speech_started(self, event: TurnEvent) -> None:
         self._barged = None
@@ -422,6 +376,7 @@ class Session(ClientCommands):
         speech_end_ns = self._arrivals.of(event.sample)
         answer = self._turns.answer(end)
         if answer.confirm is not None:
+            self._turn_judge.forget()  # the held reply took its transcript, if any
             self._turn_ids += 1
             self.counts["preempt_used"] += 1
             self.services.metrics.preemptions.labels("used").inc()
@@ -439,9 +394,11 @@ class Session(ClientCommands):
         timeline.counters["partials"] = partials
         if checks:
             timeline.counters["turn_model"] = checks
-        reply = self._new_reply(timeline, event.audio, held=False, respond=self.auto_respond)
-        reply.heard = self._transcript_of(event.start, event.sample)
-        self._checked = None
+        heard = self._turn_judge.transcript_of(event.start, event.sample)
+        self._turn_judge.forget()
+        reply = self._new_reply(
+            timeline, event.audio, held=False, respond=self.auto_respond, heard=heard
+        )
         self._turns.answered(reply)
 
     async def _interrupt(self, reply: Reply) -> None:
@@ -454,10 +411,10 @@ class Session(ClientCommands):
         timeline.mark("speech_end", self._arrivals.of(self._detector.last_speech_end_sample))
         timeline.counters["preempted"] = True
         detector = self._detector
-        held = self._new_reply(timeline, detector.turn_audio(), held=True)
-        held.heard = self._transcript_of(
+        heard = self._turn_judge.transcript_of(
             detector.speech_start_sample, detector.last_speech_end_sample
         )
+        held = self._new_reply(timeline, detector.turn_audio(), held=True, heard=heard)
         self._turns.held_started(held)
         self.counts["preempt_started"] += 1
 
@@ -475,6 +432,7 @@ class Session(ClientCommands):
         respond: bool = True,
         text: str | None = None,
         tool_choice: str | None = None,
+        heard: Transcription | None = None,
     ) -> Reply:
         # A summary may run while the caller speaks; the reply needs the LLM after its STT.
         self.summarizer.pause()
@@ -489,6 +447,7 @@ class Session(ClientCommands):
             text=text,
             tool_choice=tool_choice,
             resumes=self._barged if audio is not None else None,
+            heard=heard,
         )
 
     def greet(self) -> int | None:
@@ -654,7 +613,8 @@ class Session(ClientCommands):
         fresh = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         fresh.samples = self._detector.samples
         self._detector, self._next_detector = fresh, None
-        self._checks, self._checked = [], None
+        self._checks = []
+        self._turn_judge.forget()
         forgotten = self._turns.reset()
         self._discard(forgotten.discarded)
         if forgotten.resume is not None:

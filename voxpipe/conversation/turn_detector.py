@@ -43,7 +43,8 @@ class TurnEventKind(Enum):
 TAIL_WINDOWS = 3
 
 # Smart Turn is asked after this much silence, not at the first quiet window: Silero dips
-# between words, and each check costs a Whisper-encoder inference (docs/benchmarks.md).
+# between words, and each check costs a Whisper-encoder inference and a transcript of the
+# turn so far (docs/benchmarks.md).
 CHECK_AFTER_MS = 64
 
 

@@ -329,7 +329,13 @@ class BatchedLlama:
         with self._cond:
             incoming, self._incoming = self._incoming, []
         for request in incoming:
-            self._admit(request)
+            try:
+                self._admit(request)
+            except Exception as refusal:  # its caller hears of it; the others go on
+                log.exception("llm batch: a request could not be admitted")
+                if request.slot is not None:
+                    request.slot.busy = False
+                request.out.put(_Failure(refusal))
         for request in list(self._active):
             if request.abandoned or request.cancel.cancelled:
                 self._finish(request, "cancelled")
@@ -508,18 +514,19 @@ class BatchedLlama:
             request.out.put(_END)
             return
         try:
-            slot, restored = self._claim(request.session_id, request.prompt)
+            judging = request.targets is not None
+            slot, restored = self._claim(request.session_id, request.prompt, judging)
         except EngineError as error:
             request.out.put(_Failure(error))
             return
         slot.busy = True
+        request.slot = slot  # from here a failure gives it back (_step)
         slot.owner = request.session_id
         reused = common_prefix(slot.tokens, request.prompt)
         if reused == len(request.prompt) and (request.max_tokens or request.targets is not None):
             reused -= 1  # replay the last token for fresh logits
         self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         del slot.tokens[reused:]
-        request.slot = slot
         usage = request.usage
         usage.state_restored = restored
         usage.prompt_tokens = len(request.prompt)
@@ -531,7 +538,8 @@ class BatchedLlama:
     def _warm_for(self, request: _Request) -> bool:
         """A judgement runs only where all but ``max_prefill`` of its prompt is already in:
         the session's own free sequence, its saved state, or (a call with neither, on its
-        first turn) the prefix any sequence holds, as its first reply would share it."""
+        first turn) an unowned free sequence given the prefix any sequence holds, as its
+        first reply would share it. Another call's sequence is never taken for it."""
         sid, prompt = request.session_id, request.prompt
         with self._cond:
             saved = self.states.tokens(sid)
@@ -541,14 +549,25 @@ class BatchedLlama:
             held = max(common_prefix(s.tokens, prompt) for s in own)
         elif saved is not None:
             held = common_prefix(saved, prompt)
-        elif free and not any(s.owner == sid for s in self._slots):
-            held = max(common_prefix(s.tokens, prompt) for s in self._slots)
+        elif any(s.owner is None for s in free) and not any(s.owner == sid for s in self._slots):
+            held = max(common_prefix(s.tokens, prompt) for s in self._slots)  # shared in
         else:
             return False  # its sequence is busy (a reply of the call): never a second one
         return len(prompt) - held <= request.max_prefill
 
-    def _claim(self, session_id: str, prompt: list[int]) -> tuple[_Slot, bool]:
+    def _claim(
+        self, session_id: str, prompt: list[int], judging: bool = False
+    ) -> tuple[_Slot, bool]:
+        """A free slot for ``session_id``: its own, its saved state restored, or the one
+        sharing most of ``prompt``. A judgement never takes another call's slot: only an
+        unowned one (:meth:`_warm_for` made sure there is one)."""
         free = [s for s in self._slots if not s.busy]
+        if (
+            judging
+            and not any(s.owner == session_id for s in free)
+            and session_id not in self.states
+        ):
+            free = [s for s in free if s.owner is None]
         if not free:  # the runner's workers are as many as the slots: never while they hold
             raise EngineError("every LLM sequence is busy")
         for slot in free:

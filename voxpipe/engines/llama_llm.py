@@ -178,10 +178,14 @@ class LlamaLlm:
         in the batch from the call's own sequence. The template closes the user's message
         with an end-of-turn token; the prompt stops just before it."""
         tokens, _ = self.prompt_tokens(messages, add_header=False)
-        ends = [i for i, token in enumerate(tokens) if self._is_end(token)]
-        if not ends:
+        ends = np.flatnonzero(np.isin(np.asarray(tokens, dtype=np.intc), self._end_ids))
+        words = messages[-1].content.strip() if messages and messages[-1].role == "user" else ""
+        if not len(ends) or not words:
             return None
-        cut = ends[-1]
+        cut = int(ends[-1])
+        before = self._llm.detokenize(tokens[max(0, cut - 16) : cut]).decode("utf-8", "replace")
+        if not before.rstrip().endswith(words[-12:]):
+            return None  # the template closes a user's message otherwise ([/INST]): no reading
         targets = (tokens[cut], *self._sentence_stops)
         return self.batch.judge(
             session_id, tokens[:cut], targets, cancel, LlmUsage(), max_prefill=JUDGE_MAX_PREFILL

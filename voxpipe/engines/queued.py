@@ -219,9 +219,11 @@ class QueuedLlm(Queued[LlmEngine]):
     async def turn_ends(
         self, session_id: str, messages: Sequence[ChatMessage], clock: JobClock | None = None
     ) -> float | None:
-        """:meth:`TurnJudgingLlm.turn_ends`, or None from an engine that cannot judge."""
+        """:meth:`TurnJudgingLlm.turn_ends`, or None from an engine that cannot judge, or
+        while every runner thread is taken (each holds a reply's stream): a judgement that
+        would wait its turn is not worth the turn's end waiting for it."""
         engine = self.engine
-        if not isinstance(engine, TurnJudgingLlm):
+        if not isinstance(engine, TurnJudgingLlm) or not self.runner.has_free_worker:
             return None
         cancel = CancelToken()
         return await self.runner.call(lambda: engine.turn_ends(session_id, messages, cancel), clock)

@@ -124,6 +124,12 @@ class EngineRunner:
         return self._pending == 0 and self._running == 0
 
     @property
+    def has_free_worker(self) -> bool:
+        """A job submitted now would start at once (none queued, a thread free)."""
+        with self._lock:
+            return not self._heap and self._running < len(self._threads)
+
+    @property
     def computing(self) -> bool:
         """A job is running now: its engine's threads hold cores."""
         return self._running > 0

@@ -12,6 +12,7 @@ from tests.unit.conversation.harness import Call, silence, speech
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.conversation.events import SpeechStopped, TurnMetrics
 from voxpipe.engines.base import CancelToken, ChatMessage
+from voxpipe.engines.runner import EngineBusy
 
 SMART = {
     "end_of_turn": "smart_turn",
@@ -264,3 +265,72 @@ async def test_the_llm_ends_a_turn_the_model_doubted_after_the_plain_silence(
     await call.idle()
     assert call.of(TurnMetrics)[0].metrics["turn_model"][0]["verdict"] == "likely_complete"
     assert call.session.counts["turn_ended_by_words"] == 1
+
+
+async def test_a_failed_transcript_leaves_the_models_verdict(
+    make_call: Callable[..., Call],
+) -> None:
+    """The STT refusing the check's job (its queue full) neither stops the call's audio nor
+    holds the turn: the model's verdict stands, and the failure is in the record."""
+    stt = FakeStt(EngineBusy("stt queue is full"), "Thanks, goodbye.")
+    call = make_call(turn=SMART, turn_model=ScriptedTurnModel(0.9), stt=stt)
+    await call.push(speech(12))
+    await call.push(silence(7))
+    assert call.of(SpeechStopped) == [SpeechStopped(12 * 32.0, 1)]
+    await call.idle()
+    check = call.of(TurnMetrics)[0].metrics["turn_model"][0]
+    assert check["words_error"] == "EngineBusy" and check["verdict"] == "complete"
+    assert call.of(TurnMetrics)[0].metrics["transcript"] == "Thanks, goodbye."
+
+
+class FailingLlm(JudgingLlm):
+    def turn_ends(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> float | None:
+        raise EngineBusy("llm queue is full")
+
+
+async def test_a_failed_llm_judgement_leaves_the_words_and_the_model(
+    make_call: Callable[..., Call],
+) -> None:
+    llm = FailingLlm(None)
+    call = make_call(
+        turn=SMART, turn_model=ScriptedTurnModel(0.9), stt=FakeStt("My card was stolen."), llm=llm
+    )
+    await call.push(speech(12))
+    await call.push(silence(7))
+    assert call.of(SpeechStopped) == [SpeechStopped(12 * 32.0, 1)]
+    await call.idle()
+    check = call.of(TurnMetrics)[0].metrics["turn_model"][0]
+    assert "p_end" not in check and check["verdict"] == "complete"
+
+
+async def test_a_failed_turn_model_waits_the_longest_silence(
+    make_call: Callable[..., Call],
+) -> None:
+    class Broken(ScriptedTurnModel):
+        def probability_complete(self, audio: np.ndarray) -> float:
+            raise RuntimeError("onnxruntime failed")
+
+    call = make_call(turn=SMART, turn_model=Broken(0.9))
+    await call.push(speech(12))
+    await call.push(silence(39))
+    assert call.of(SpeechStopped) == []
+    await call.push(silence(1))
+    assert call.of(SpeechStopped) == [SpeechStopped(12 * 32.0, 1)]
+
+
+async def test_the_llm_is_not_asked_when_the_model_doubts_and_nothing_would_change(
+    make_call: Callable[..., Call],
+) -> None:
+    """With likely-complete off, the LLM's answer on a doubted turn could change nothing."""
+    llm = JudgingLlm(0.9)
+    call = make_call(
+        turn={**SMART, "llm_turn_complete_threshold": 0.0},
+        turn_model=ScriptedTurnModel(0.1),
+        stt=FakeStt("I'm allergic to nuts."),
+        llm=llm,
+    )
+    await call.push(speech(12))
+    await call.push(silence(10))
+    assert llm.judged == []

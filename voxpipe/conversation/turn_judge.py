@@ -1,0 +1,158 @@
+"""The verdict on a silence that may end the turn (``end_of_turn: smart_turn``).
+
+The session drives one :class:`TurnJudge` per call. At each check it runs the turn model
+and, beside it, transcribes the turn so far; then it checks the model's verdict against
+the words (:mod:`voxpipe.conversation.turn_words`), asking the LLM where that is cheap.
+
+A check holds the call's audio pump (the detector's sample clock waits for the verdict),
+so nothing in it may hold the turn for long or break the call: every part has a time limit
+and every failure falls back to less evidence, down to the longest silence. The transcript
+a check made is the turn's own if the caller says no more, so the STT the answer needs
+starts a silence earlier than it would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from voxpipe.config import TurnConfig
+from voxpipe.conversation.services import Services
+from voxpipe.conversation.turn_detector import TurnEvent, Verdict
+from voxpipe.conversation.turn_words import ends_unfinished, verdict
+from voxpipe.engines.base import ChatMessage, Transcription
+from voxpipe.engines.runner import JobClock
+
+log = logging.getLogger("voxpipe.turn")
+
+T = TypeVar("T")
+
+# How long a check waits for the words (the STT, queued behind other calls' transcripts)
+# and for the LLM's judgement: past these the verdict is made without them.
+WORDS_WAIT_S = 0.6
+LLM_WAIT_S = 0.3
+
+
+@dataclass(frozen=True)
+class CheckedWords:
+    """A check's transcript, and the turn it was made of (its first and last speech)."""
+
+    start: int
+    last_speech: int
+    heard: Transcription
+
+
+class TurnJudge:
+    def __init__(self, session_id: str, services: Services, counts: Counter[str]) -> None:
+        self.session_id = session_id
+        self.services = services
+        self.counts = counts
+        self._checked: CheckedWords | None = None
+
+    async def judge(
+        self,
+        event: TurnEvent,
+        stt_audio: np.ndarray,
+        cfg: TurnConfig,
+        may_ask_llm: Callable[[], bool],
+        conversation: Callable[[], list[ChatMessage]],
+    ) -> tuple[Verdict, dict[str, Any]]:
+        """The verdict on the turn of ``event`` (an ``END_CANDIDATE``), and its record.
+        ``stt_audio``: the turn as its end would give it; ``may_ask_llm``: whether the
+        call's sequence is free for a judgement; ``conversation``: the messages before the
+        caller's words."""
+        model = self.services.turn_model
+        assert model is not None and event.audio is not None
+        self._checked = None
+        clock = JobClock()
+        by_words = bool(cfg.unfinished_words or cfg.llm_turn_end_threshold)
+        jobs: list[Awaitable[Any]] = [model.probability_complete(event.audio, clock)]
+        if by_words:
+            jobs.append(_within(self._transcribe(event, stt_audio), WORDS_WAIT_S))
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        prob, heard = results[0], results[1] if by_words else None
+        check: dict[str, Any] = {"ms": round(clock.compute_s * 1000, 1)}
+        if isinstance(prob, BaseException):
+            log.warning("turn model failed on %s: %s", self.session_id, prob)
+            return Verdict.UNFINISHED, {**check, "error": type(prob).__name__}
+        self.services.metrics.observe_job("turn", clock.queue_s, clock.compute_s)
+        check["p"] = round(prob, 3)
+        model_complete = prob >= cfg.smart_turn_threshold
+        if not isinstance(heard, Transcription):
+            if heard is not None:
+                check["words_error"] = type(heard).__name__
+            return _verdict(model_complete, False, None, cfg, check)
+        words = heard.text.strip()
+        check["words"] = words
+        unfinished = ends_unfinished(words, cfg.unfinished_words)
+        p_end = None
+        wanted = model_complete or cfg.llm_turn_complete_threshold > 0
+        if not unfinished and wanted and cfg.llm_turn_end_threshold and may_ask_llm():
+            p_end = await self._llm_turn_ends(words, conversation)
+        if p_end is not None:
+            check["p_end"] = round(p_end, 4)
+        said, check = _verdict(model_complete, unfinished, p_end, cfg, check)
+        if said is Verdict.UNFINISHED and model_complete:
+            self.counts["turn_held_by_words"] += 1
+        elif said is Verdict.LIKELY_COMPLETE:
+            self.counts["turn_ended_by_words"] += 1
+        return said, check
+
+    def transcript_of(self, start: int, last_speech: int) -> Transcription | None:
+        """The last check's transcript, if it was made of this very turn (no speech since)."""
+        checked = self._checked
+        if checked is not None and (checked.start, checked.last_speech) == (start, last_speech):
+            return checked.heard
+        return None
+
+    def forget(self) -> None:
+        """The turn ended or was reset: its transcript is no one's now."""
+        self._checked = None
+
+    async def _transcribe(self, event: TurnEvent, audio: np.ndarray) -> Transcription:
+        heard = await self.services.stt.transcribe(audio, JobClock())
+        self._checked = CheckedWords(event.start, event.sample, heard)
+        return heard
+
+    async def _llm_turn_ends(
+        self, words: str, conversation: Callable[[], list[ChatMessage]]
+    ) -> float | None:
+        """The LLM's probability that the caller's words end the turn. The words lose the
+        stop Whisper puts at every pause: the question is whether one belongs there."""
+        bare = words.rstrip(".?!,;:… ")
+        if not any(ch.isalnum() for ch in bare):
+            return None
+        clock = JobClock()
+        messages = [*conversation(), ChatMessage("user", bare)]
+        try:
+            p_end = await _within(
+                self.services.llm.turn_ends(self.session_id, messages, clock), LLM_WAIT_S
+            )
+        except Exception as error:  # the words list and the model still decide
+            log.warning("turn judgement failed on %s: %s", self.session_id, error)
+            return None
+        self.services.metrics.observe_job("turn_words", clock.queue_s, clock.compute_s)
+        return p_end
+
+
+def _verdict(
+    model_complete: bool,
+    unfinished: bool,
+    p_end: float | None,
+    cfg: TurnConfig,
+    check: dict[str, Any],
+) -> tuple[Verdict, dict[str, Any]]:
+    said = verdict(model_complete, unfinished, p_end, cfg)
+    return said, {**check, "verdict": said.value}
+
+
+async def _within(job: Awaitable[T], seconds: float) -> T:
+    """``job``, or TimeoutError after ``seconds`` (a job already on an engine's thread
+    finishes there; its result is dropped)."""
+    return await asyncio.wait_for(job, seconds)
