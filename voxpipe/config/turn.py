@@ -107,15 +107,15 @@ class TurnConfig(BaseModel):
         "or of a remote LLM. 0: not asked.",
     )
     llm_turn_complete_threshold: float = Field(
-        0.0,
+        0.5,
         ge=0.0,
         le=1.0,
         description="With the turn model: a turn it judged unfinished whose words the LLM "
-        "gives at least this probability of ending there ('I'm allergic to nuts') ends after "
-        "silence_ms instead of smart_turn_max_silence_ms. 0 (the default): not asked; at "
-        "0.05 it ended 4 more of 40 complete sentences within 600 ms, but on sentences it "
-        "was not tuned on it cut 6 more of 21 pauses, where Whisper heard a finished "
-        "sentence ('pills every month', docs/benchmarks.md).",
+        "gives at least this probability of ending there ('He was not an ill-disposed young "
+        "man', which Smart Turn doubts) ends after silence_ms, as it would without the "
+        "model, instead of smart_turn_max_silence_ms. At 0.05 it cut pauses where Whisper "
+        "heard a finished sentence ('pills every month', p 0.37); docs/benchmarks.md. "
+        "0: not asked.",
     )
     max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
     interrupt: bool = Field(
