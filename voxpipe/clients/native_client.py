@@ -34,6 +34,7 @@ import websockets
 
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
+from voxpipe.clients.waiting import stop_tasks, wait_until
 
 AUDIO_HEADER = struct.Struct("<II")
 
@@ -411,15 +412,7 @@ class NativeClient:
 
     async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
         """Wait until ``probe()`` returns something truthy, and return it."""
-        deadline = time.monotonic() + timeout_s
-        while not (result := probe()):
-            self._changed.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"condition not met within {timeout_s:.0f} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
-        return result
+        return await wait_until(probe, self._changed, timeout_s)
 
     async def wait_playback_done(self, tail_s: float = 0.3) -> None:
         """Listen until the reply has finished playing, then a short pause, like a caller."""
@@ -429,12 +422,7 @@ class NativeClient:
         await self._ws.send(message)
 
     async def _stop_tasks(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._tasks = []
+        await stop_tasks(self._tasks)
 
     async def close(self) -> None:
         await self._stop_tasks()

@@ -32,6 +32,7 @@ import websockets
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
+from voxpipe.clients.waiting import stop_tasks, wait_until
 
 PLAYER_TICK_S = 0.005
 MEDIA, MARK, CLEAR = "media", "mark", "clear"  # the kinds a line plays; others are only kept
@@ -286,15 +287,7 @@ class PhoneLine(ABC):
 
     async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
         """Wait until ``probe()`` returns something truthy, and return it."""
-        deadline = time.monotonic() + timeout_s
-        while not (result := probe()):
-            self._changed.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"condition not met within {timeout_s:.0f} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
-        return result
+        return await wait_until(probe, self._changed, timeout_s)
 
     async def hang_up(self) -> int | None:
         """End the call as the provider does; the server's close code."""
@@ -310,12 +303,7 @@ class PhoneLine(ABC):
         return code
 
     async def _stop_tasks(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._tasks = []
+        await stop_tasks(self._tasks)
 
     async def close(self) -> None:
         await self._stop_tasks()

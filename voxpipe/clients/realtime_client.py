@@ -30,6 +30,7 @@ from openai import AsyncOpenAI
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
 from voxpipe.clients.native_client import speech_end_sample
+from voxpipe.clients.waiting import wait_until
 
 RATE = 24000  # the Realtime API's PCM16 rate, in and out
 FRAME_MS = 20
@@ -155,15 +156,7 @@ class RealtimeLine:
 
     async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
         """Wait until ``probe()`` returns something truthy, and return it."""
-        deadline = time.monotonic() + timeout_s
-        while not (result := probe()):
-            self._changed.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"condition not met within {timeout_s:.0f} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
-        return result
+        return await wait_until(probe, self._changed, timeout_s)
 
     async def close(self) -> None:
         for task in self._tasks:
