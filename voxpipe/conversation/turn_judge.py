@@ -18,7 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +31,9 @@ from voxpipe.engines.runner import JobClock
 
 log = logging.getLogger("voxpipe.turn")
 
-T = TypeVar("T")
-
 # How long a check waits for the words (the STT, queued behind other calls' transcripts)
-# and for the LLM's judgement: past these the verdict is made without them.
+# and for the LLM's judgement: past these the verdict is made without them (a job already
+# on an engine's thread finishes there, and its result is dropped).
 WORDS_WAIT_S = 0.6
 LLM_WAIT_S = 0.3
 
@@ -74,7 +73,7 @@ class TurnJudge:
         by_words = bool(cfg.unfinished_words or cfg.llm_turn_end_threshold)
         jobs: list[Awaitable[Any]] = [model.probability_complete(event.audio, clock)]
         if by_words:
-            jobs.append(_within(self._transcribe(event, stt_audio), WORDS_WAIT_S))
+            jobs.append(asyncio.wait_for(self._transcribe(event, stt_audio), WORDS_WAIT_S))
         results = await asyncio.gather(*jobs, return_exceptions=True)
         prob, heard = results[0], results[1] if by_words else None
         check: dict[str, Any] = {"ms": round(clock.compute_s * 1000, 1)}
@@ -131,7 +130,7 @@ class TurnJudge:
         clock = JobClock()
         messages = [*conversation(), ChatMessage("user", bare)]
         try:
-            p_end = await _within(
+            p_end = await asyncio.wait_for(
                 self.services.llm.turn_ends(self.session_id, messages, clock), LLM_WAIT_S
             )
         except Exception as error:  # the words list and the model still decide
@@ -150,9 +149,3 @@ def _verdict(
 ) -> tuple[Verdict, dict[str, Any]]:
     said = verdict(model_complete, unfinished, p_end, cfg)
     return said, {**check, "verdict": said.value}
-
-
-async def _within(job: Awaitable[T], seconds: float) -> T:
-    """``job``, or TimeoutError after ``seconds`` (a job already on an engine's thread
-    finishes there; its result is dropped)."""
-    return await asyncio.wait_for(job, seconds)
