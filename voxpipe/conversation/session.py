@@ -101,8 +101,6 @@ class Session(ClientCommands):
         self._detector = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         self._next_detector: TurnDetector | None = None
         self._checks: list[dict[str, Any]] = []  # the turn model's verdicts in this turn
-        # The transcript a check made of the turn so far, keyed by the turn's speech (start,
-        # last speech sample): the turn's own if the caller says nothing more.
         self._barged: Reply | None = None  # the reply this turn's speech interrupted
         self._keypad = Keypad(self.turn_config.keypad_idle_ms, self.turn_config.keypad_max_digits)
         self._samples_in = 0  # the call's inbound audio at 16 kHz: the keypad's clock
