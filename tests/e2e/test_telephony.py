@@ -83,11 +83,18 @@ async def test_a_call_is_answered_cleared_and_keyed(
     assert voiced_s(heard, line.rate) > 1.0, "the answer was speech the caller heard"
     audio = resample(pcm16_to_float(heard), line.rate, STT_SAMPLE_RATE)
     words = _norm(whisper.transcribe(audio).text).split()
-    generated = set(_norm(first["generated"]).split())
-    assert len(words) >= 3 and sum(w in generated for w in words) >= 0.6 * len(words), (
-        words,
-        first["generated"],
+    # The caller heard the start of the answer, so Whisper's words are compared, letter by
+    # letter, with the answer's first words: Whisper tiny on 8 kHz speech gets a
+    # short word or a name wrong now and then ("a … named Jack" as "i … name check", a CI
+    # run), which a word-by-word count takes as a different answer.
+    # Whisper may drop or add a short word, so the closest of the prefixes two words either
+    # side of the heard length is the one compared.
+    answer, heard_text = _norm(first["generated"]).split(), " ".join(words)
+    cer = min(
+        jiwer.cer(" ".join(answer[:n]), heard_text)
+        for n in range(max(1, len(words) - 2), len(words) + 3)
     )
+    assert len(words) >= 3 and cer <= 0.3, (words, first["generated"])
 
     wer = jiwer.wer(_norm(QUESTION), _norm(first["transcript"]))
     assert wer <= 0.25, f"{provider}: WER {wer:.2f}: heard {first['transcript']!r}"
