@@ -9,7 +9,8 @@ environment variables ``VOXPIPE_<SECTION>__<FIELD>`` (for example
 values in force.
 
 The sections live by concern (``engines``, ``turn``, ``server``, ``auth``, ``store``,
-``observability``); ``settings`` gathers them into :class:`Config`. Import them from here.
+``observability``, ``telephony``, ``sip``); ``settings`` gathers them into :class:`Config`.
+Import them from here.
 """
 
 from voxpipe.config.auth import KEY_NAME_PATTERN, ApiKey, AuthConfig
@@ -18,6 +19,7 @@ from voxpipe.config.observability import TracingConfig
 from voxpipe.config.reference import markdown_reference
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
 from voxpipe.config.settings import Config
+from voxpipe.config.sip import SipConfig
 from voxpipe.config.store import StoreConfig
 from voxpipe.config.telephony import TelephonyConfig
 from voxpipe.config.turn import AudioConfig, ChunkerConfig, TurnConfig
@@ -34,6 +36,7 @@ __all__ = [
     "LlmConfig",
     "RemoteLlmConfig",
     "ServerConfig",
+    "SipConfig",
     "StoreConfig",
     "SttConfig",
     "TelephonyConfig",

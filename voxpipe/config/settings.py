@@ -14,6 +14,7 @@ from voxpipe.config.auth import AuthConfig
 from voxpipe.config.engines import LlmConfig, RemoteLlmConfig, SttConfig, TtsConfig, VadConfig
 from voxpipe.config.observability import TracingConfig
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
+from voxpipe.config.sip import SipConfig
 from voxpipe.config.store import StoreConfig
 from voxpipe.config.telephony import TelephonyConfig
 from voxpipe.config.turn import AudioConfig, ChunkerConfig, TurnConfig
@@ -42,6 +43,7 @@ class Config(BaseSettings):
     store: StoreConfig = Field(default_factory=StoreConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     telephony: TelephonyConfig = Field(default_factory=TelephonyConfig)
+    sip: SipConfig = Field(default_factory=SipConfig)
     agent: str | None = Field(
         None,
         description="The agent to serve: `module:attr`, `path/file.py:attr` or an agent file "

@@ -170,6 +170,18 @@ class Metrics:
             ["digit"],
             registry=r,
         )
+        self.sip_refused = Counter(
+            "voxpipe_sip_refused_total",
+            "SIP requests answered with an error (or calls ended for want of an ACK), by status.",
+            ["status"],
+            registry=r,
+        )
+        self.rtp_dropped = Counter(
+            "voxpipe_rtp_dropped_total",
+            "RTP packets dropped: not RTP, a payload type not negotiated, late or duplicate.",
+            ["reason"],
+            registry=r,
+        )
         self.preemptions = Counter(
             "voxpipe_preemptions_total",
             "Replies started during the caller's pause: used at the end of the turn, or wasted "

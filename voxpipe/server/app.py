@@ -47,6 +47,7 @@ from voxpipe.server.auth import (
 from voxpipe.server.json_body import json_body
 from voxpipe.server.lifecycle import serve_call
 from voxpipe.server.outbound import place_call
+from voxpipe.server.sip_calls import SipCalls
 from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
@@ -103,6 +104,7 @@ def create_app(
     state = ServerState(config)
     factory: EngineFactory = engine_factory or functools.partial(load_cold_engines, state=state)
     webrtc = WebRTCOffers(state)
+    sip = SipCalls(state) if config.sip.enabled else None
 
     async def load() -> None:
         runners: Runners | None = None
@@ -133,6 +135,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if sip is not None:  # answers 503 until the models are ready
+            await sip.start()
         loader = asyncio.create_task(load(), name="load-models")
         if config.server.bind_when_ready:  # uvicorn listens only once this yields
             await asyncio.shield(loader)
@@ -143,6 +147,8 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await loader
             await webrtc.close()  # its peer connections live outside any HTTP request
+            if sip is not None:
+                await sip.close()  # so do SIP calls: each ends with a BYE
             await state.auth.aclose()
             if state.agent is not None:
                 await state.agent.aclose()

@@ -1,0 +1,265 @@
+"""The SIP user agent in the real app on fake engines, called over loopback UDP by a caller
+written here (``sip_phone.py``): a whole call (INVITE, 100/180/200, the 200 re-sent until the
+ACK, the INVITE re-sent without a second call, RTP both ways, keypad digits, BYE), CANCEL,
+our BYE (the agent's ``end_call``, the idle timeout), and every bad request answered 4xx and
+counted while the server goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import numpy as np
+
+from tests.support import metric_value
+from tests.unit.conversation.tools_support import called
+from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
+from tests.unit.transports.in_process import quiet_config, serving
+from tests.unit.transports.sip_phone import SipPhone, free_udp_port, offer
+from voxpipe.agent import Agent
+from voxpipe.agent.call_control import end_call
+from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.config import Config
+from voxpipe.engines.base import Engines
+from voxpipe.transports.sip import rtp
+from voxpipe.transports.sip.dtmf import event_payload
+from voxpipe.transports.sip.message import SipResponse
+from voxpipe.transports.sip.sdp import parse_offer
+
+LOUD = ulaw_encode(np.full(160, 12000, np.int16).tobytes())  # the fake VAD hears speech
+QUIET = ulaw_encode(bytes(320))
+
+
+def engines(llm: FakeLlm | None, heard: str) -> Callable[[Config], Engines]:
+    return lambda config: Engines(FakeVad(), FakeStt(heard), llm or FakeLlm(), FakeTts())
+
+
+@contextlib.asynccontextmanager
+async def sip_server(
+    agent: Agent | None = None, llm: FakeLlm | None = None, heard: str = "hello there", **sip: Any
+) -> AsyncIterator[tuple[tuple[str, int], httpx.AsyncClient]]:
+    port = free_udp_port()
+    server = sip.pop("server", {})
+    config = quiet_config(
+        sip={"enabled": True, "host": "127.0.0.1", "port": port, "rtp_port_range": (0, 0), **sip},
+        server=server,
+    )
+    async with serving(config, engines(llm, heard), 30, agent=agent) as (_, http):
+        yield ("127.0.0.1", port), http
+
+
+async def metric(http: httpx.AsyncClient, sample: str) -> float:
+    return metric_value((await http.get("/metrics")).text, sample) or 0.0
+
+
+async def calls(http: httpx.AsyncClient) -> int:
+    return int((await http.get("/readyz")).json()["calls"])
+
+
+async def until(probe: Callable[[], Any], timeout_s: float = 10.0) -> None:
+    """Poll the server's HTTP face until ``probe`` holds (its metrics have no push)."""
+    async with asyncio.timeout(timeout_s):
+        while not await probe():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+async def answered(phone: SipPhone) -> tuple[SipResponse, tuple[str, int]]:
+    """INVITE with an offer; the 200 and the server's RTP address from its answer."""
+    phone.send("INVITE", offer(phone.rtp_port))
+    ok = await phone.response(200)
+    media = parse_offer(ok.body)
+    return ok, (media.address, media.port)
+
+
+async def test_a_call_is_answered_spoken_to_keyed_and_hung_up() -> None:
+    async with sip_server() as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            invite, branch = phone.request("INVITE", offer(phone.rtp_port))
+            phone.send_raw(invite)
+            statuses = []
+            while not statuses or statuses[-1] != 200:
+                message = await phone.next()
+                assert isinstance(message, SipResponse)
+                statuses.append(message.status)
+            assert statuses == [100, 180, 200]
+            ok = phone.received[-1]
+            assert isinstance(ok, SipResponse)
+            phone.to_tag = ok.to_tag
+            assert ok.content_type == "application/sdp" and ok.headers.get("contact")
+            media = parse_offer(ok.body)
+            server_rtp = (media.address, media.port)
+            # No ACK yet: the 200 comes again (UDP), and the INVITE again is no second call.
+            again = await phone.response(200, 3)
+            assert again.body == ok.body
+            phone.send_raw(invite)
+            assert (await phone.response(200)).to_tag == ok.to_tag
+            assert await calls(http) == 1
+            phone.send("ACK", cseq=1, branch=branch)
+
+            for seq in range(25):  # half a second of speech, then silence: a turn
+                phone.send_rtp(server_rtp, rtp.RtpPacket(0, seq, seq * 160, 7, LOUD))
+            for seq in range(25, 60):
+                phone.send_rtp(server_rtp, rtp.RtpPacket(0, seq, seq * 160, 7, QUIET))
+            async with asyncio.timeout(10):
+                while (packet := await phone.rtp_packet()).payload == QUIET:
+                    pass  # silence until the reply
+            assert packet.payload_type == 0 and len(packet.payload) == 160
+
+            for i, digit in enumerate("42"):  # each key press sent three times, as phones do
+                for repeat in range(3):
+                    payload = event_payload(digit, 160 * (repeat + 1), repeat == 2)
+                    phone.send_rtp(
+                        server_rtp, rtp.RtpPacket(101, 60 + 3 * i + repeat, 20000 + i, 7, payload)
+                    )
+            await until(lambda: _digits(http, "4", "2"))
+
+            phone.send_rtp_raw(server_rtp, b"\x80\x00")  # bad RTP: dropped, counted
+            phone.send_rtp(server_rtp, rtp.RtpPacket(9, 70, 0, 7, LOUD))  # not negotiated
+            await until(lambda: _dropped(http, "short", "payload_type"))
+
+            phone.send("BYE")
+            bye_ok = await phone.response(200)
+            assert bye_ok.cseq is not None and bye_ok.cseq.method == "BYE"
+            await until(lambda: _no_calls(http))
+        finally:
+            phone.close()
+
+
+async def _digits(http: httpx.AsyncClient, *digits: str) -> bool:
+    return all([await metric(http, f'voxpipe_dtmf_total{{digit="{d}"}}') == 1 for d in digits])
+
+
+async def _dropped(http: httpx.AsyncClient, *reasons: str) -> bool:
+    text = (await http.get("/metrics")).text
+    return all(
+        (metric_value(text, f'voxpipe_rtp_dropped_total{{reason="{r}"}}') or 0) >= 1
+        for r in reasons
+    )
+
+
+async def _no_calls(http: httpx.AsyncClient) -> bool:
+    return await calls(http) == 0
+
+
+async def test_cancel_while_ringing_is_487_and_the_call_is_gone() -> None:
+    async with sip_server(ring_ms=5000) as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            branch = phone.send("INVITE", offer(phone.rtp_port))
+            await phone.response(180)
+            phone.send("CANCEL", branch=branch, cseq=2)
+            cancel_ok = await phone.response(200)
+            assert cancel_ok.cseq is not None and cancel_ok.cseq.method == "CANCEL"
+            terminated = await phone.response(487)
+            assert terminated.cseq is not None and terminated.cseq.method == "INVITE"
+            await until(lambda: _no_calls(http))
+            phone.send("CANCEL", branch=branch, cseq=2)  # again: the same answer
+            assert (await phone.response(200)).cseq == cancel_ok.cseq
+        finally:
+            phone.close()
+
+
+async def test_end_call_hangs_up_with_our_bye() -> None:
+    agent = Agent(instructions="Hang up when asked.", tools=[end_call])
+    llm = FakeLlm([called("end_call")])  # every reply (the server's warm-up's too) hangs up
+    async with sip_server(agent=agent, llm=llm, heard="thanks, bye") as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            _, server_rtp = await answered(phone)
+            phone.send("ACK", cseq=phone.cseq)
+            for seq in range(60):
+                payload = LOUD if seq < 25 else QUIET
+                phone.send_rtp(server_rtp, rtp.RtpPacket(0, seq, seq * 160, 7, payload))
+            bye = await phone.request_in("BYE", 20)
+            assert bye.to_tag == phone.tag and bye.from_tag is not None
+            phone.answer(bye)
+            await until(lambda: _no_calls(http))
+        finally:
+            phone.close()
+
+
+async def test_an_idle_call_is_ended_with_our_bye_re_sent_until_answered() -> None:
+    async with sip_server(server={"idle_timeout_s": 1.0}) as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            await answered(phone)
+            phone.send("ACK", cseq=phone.cseq)
+            first = await phone.request_in("BYE", 10)
+            again = await phone.request_in("BYE", 5)  # not answered: re-sent
+            assert again.cseq == first.cseq
+            phone.answer(again)
+            await until(lambda: _no_calls(http))
+        finally:
+            phone.close()
+
+
+def _without(name: str, data: bytes) -> bytes:
+    lines = data.split(b"\r\n")
+    return b"\r\n".join(line for line in lines if not line.startswith(name.encode()))
+
+
+async def test_bad_requests_are_answered_4xx_and_counted_and_the_server_goes_on() -> None:
+    async with sip_server() as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            invite, _ = phone.request("INVITE", offer(phone.rtp_port))
+            no_codec = offer(phone.rtp_port, (9,))
+            cases: list[tuple[bytes, int]] = [
+                (b"GARBAGE\r\nVia: SIP/2.0/UDP 127.0.0.1;branch=z9hG4bK1\r\n\r\n", 400),
+                (b"INVITE sip:a SIP/2.0\r\nCall-ID: x\r\n\r\n", 400),  # no Via, From, To, CSeq
+                (_without("Call-ID", invite), 400),
+                (_without("CSeq", invite), 400),
+                (phone.request("INVITE", b"v=0\r\nnonsense\r\n")[0], 400),
+                (phone.request("INVITE", no_codec)[0], 488),
+                (phone.request("INVITE")[0], 488),  # no offer
+                (phone.request("BYE")[0], 481),
+                (phone.request("CANCEL", cseq=9)[0], 481),
+                (phone.request("REGISTER")[0], 405),
+                (
+                    phone.request("INVITE", offer(phone.rtp_port), extra="Require: 100rel\r\n")[0],
+                    420,
+                ),
+            ]
+            for data, status in cases:
+                phone.send_raw(data)
+                reply = await phone.next()
+                assert isinstance(reply, SipResponse), data
+                assert reply.status == status, (data, reply.status, reply.headers.get("warning"))
+            phone.send_raw(b"\r\n\r\n")  # a keep-alive: no answer, no count
+            phone.send("OPTIONS")
+            options = await phone.response(200)
+            assert "INVITE" in (options.headers.get("allow") or "")
+            assert await calls(http) == 0
+            refused = sum(
+                [
+                    await metric(http, f'voxpipe_sip_refused_total{{status="{s}"}}')
+                    for s in ("400", "405", "420", "481", "488")
+                ]
+            )
+            assert refused == len(cases)
+        finally:
+            phone.close()
+        # Still answering calls after all that.
+        caller = await SipPhone(where).open()
+        try:
+            await answered(caller)
+            caller.send("ACK", cseq=caller.cseq)
+            caller.send("BYE")
+            await caller.response(200)
+            await until(lambda: _no_calls(http))
+        finally:
+            caller.close()
+
+
+async def test_a_request_over_the_size_limit_is_413() -> None:
+    async with sip_server(max_message_bytes=1024) as (where, _):
+        phone = await SipPhone(where).open()
+        try:
+            phone.send("OPTIONS", extra="X-Pad: " + "a" * 1100 + "\r\n")
+            assert (await phone.next()).status == 413  # type: ignore[union-attr]
+        finally:
+            phone.close()

@@ -1,0 +1,311 @@
+"""One SIP call: its dialog's state, its RTP, and the session it speaks for.
+
+Translation only, as every transport: the caller's RTP audio is fed to the session, its
+telephone-events are the session's key presses, the reply's frames go out on RTP; the
+session's ``playback.clear`` drops what is not yet sent, its ``call.ended`` (the agent's
+``end_call``, once the goodbye has been sent) becomes our BYE. Turn-taking, barge-in and the
+keypad's turns stay in the session.
+
+:meth:`SipCall.run` is the call's whole life, in one task the server starts
+(``server/sip_calls.py``): ring, answer (the 200 OK, re-sent over UDP until the ACK), greet,
+then wait for the end: the caller's BYE or CANCEL, the agent's hang-up, no ACK in time, or
+the server ending it (idle, maximum duration, drain: the task is cancelled). Its cleanup
+always runs: the session closed, the RTP socket shut, a BYE sent if the dialog is still up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+
+from voxpipe.conversation.events import (
+    AudioDropped,
+    AudioOut,
+    CallEnded,
+    CallTransfer,
+    ErrorCode,
+    ErrorEvent,
+    Event,
+    PlaybackClear,
+)
+from voxpipe.conversation.hang_up import hang_up
+from voxpipe.conversation.saved_state import new_session_id
+from voxpipe.conversation.session import Session
+from voxpipe.transports.call import Call, Rates, SessionSinks
+from voxpipe.transports.sip.dialog import NEXT, CallState, Dialog
+from voxpipe.transports.sip.media import RtpMedia
+from voxpipe.transports.sip.message import SipResponse, response, uri_of
+from voxpipe.transports.sip.sdp import RATE, Negotiated
+
+log = logging.getLogger("voxpipe.sip")
+
+T1_S = 0.5  # RFC 3261's round-trip estimate: the first re-send of a 200 OK or a BYE
+T2_S = 4.0  # the longest gap between re-sends
+BYE_TIMEOUT_S = 4.0  # how long our BYE waits for its answer before the call is over anyway
+DIGITS = 32  # key presses waiting for the session; more are dropped
+
+
+class SipCall:
+    """A call the user agent took (its INVITE checked, its offer negotiated, its RTP port
+    bound) and the server admitted."""
+
+    def __init__(
+        self,
+        call: Call,
+        dialog: Dialog,
+        rtp_socket: socket.socket,
+        chosen: Negotiated,
+        answer_sdp: bytes,
+        forget: Callable[[SipCall], None],
+    ) -> None:
+        config = call.services.config
+        self.call = call
+        self.dialog = dialog
+        self.media = RtpMedia(
+            rtp_socket, chosen, self, config.sip.jitter_packets, config.audio.max_frame_ms
+        )
+        self.answer_sdp = answer_sdp
+        self.config = config.sip
+        self.metrics = call.services.metrics
+        self.state = CallState.RINGING
+        self.why = ""  # why it ended, for the log
+        self.last_response: bytes = b""  # re-sent for a re-sent INVITE
+        self.session: Session | None = None
+        self._forget = forget
+        self._acked = asyncio.Event()
+        self._over = asyncio.Event()
+        self._bye_answered = asyncio.Event()
+        self._digits: asyncio.Queue[str] = asyncio.Queue(DIGITS)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._bye: asyncio.Task[None] | None = None  # re-sends our BYE over UDP
+        self._bye_sent = False
+
+    @property
+    def call_id(self) -> str:
+        return self.dialog.call_id
+
+    def _set_state(self, state: CallState, why: str = "") -> bool:
+        """The one place the state changes; a move the table does not allow is refused."""
+        if state not in NEXT[self.state]:
+            return False
+        log.info("sip call %s: %s -> %s %s", self.call_id, self.state.value, state.value, why)
+        self.state = state
+        if state is CallState.CONFIRMED:
+            self._acked.set()
+        if state is CallState.TERMINATED:
+            self.why = why
+            self._over.set()
+        return True
+
+    # -- signalling in (from the user agent) ----------------------------------
+
+    def respond(self, status: int, body: bytes = b"", reason: str | None = None) -> bytes:
+        """Answer the INVITE; the bytes are kept for a re-sent INVITE."""
+        out = response(
+            self.dialog.invite.headers,
+            status,
+            self.dialog.local_tag if status > 100 else None,
+            reason,
+            self.config.user_agent,
+        )
+        if status < 300 and status > 100:
+            out.add("Contact", self.dialog.contact())
+        if status == 200:
+            out.add("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS")
+            out.body, out.content_type = body, "application/sdp"
+        data = out.encode()
+        self.last_response = data
+        self.dialog.flow.send(data)
+        return data
+
+    def acked(self) -> None:
+        self._set_state(CallState.CONFIRMED, "(ACK)")
+
+    def cancelled(self) -> bool:
+        """CANCEL: ends a call still ringing (487 to its INVITE); True if it did."""
+        if self.state is not CallState.RINGING:
+            return False
+        self.respond(487)
+        return self._set_state(CallState.TERMINATED, "(CANCEL: the caller gave up)")
+
+    def bye_received(self) -> None:
+        self._set_state(CallState.TERMINATED, "(BYE: the caller hung up)")
+
+    def response_received(self, message: SipResponse) -> None:
+        """An answer to our BYE (or REFER): a final one ends the wait."""
+        cseq = message.cseq
+        if cseq is not None and cseq.method == "BYE" and message.status >= 200:
+            self._bye_answered.set()
+
+    # -- the call's life --------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            await self._answer()
+            if self.state is CallState.TERMINATED:
+                return
+            try:
+                await asyncio.wait_for(self._acked.wait(), self.config.ack_timeout_s)
+            except TimeoutError:
+                self.metrics.sip_refused.labels("ack_timeout").inc()
+                self._hang_up_ours(f"(no ACK in {self.config.ack_timeout_s:g} s)")
+                return
+            assert self.session is not None
+            self.session.greet()  # the agent's greeting, if it has one
+            self._spawn(self._press_keys(self.session), "keys")
+            await self._over.wait()
+        finally:
+            await self._close()
+
+    async def _answer(self) -> None:
+        self.respond(180)
+        if self.config.ring_ms:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._over.wait(), self.config.ring_ms / 1000)
+            if self.state is CallState.TERMINATED:  # CANCEL while ringing
+                return
+        caller = self.dialog.invite.headers.get("from") or ""
+        self.session = self.call.open_session(
+            new_session_id(),
+            SessionSinks(self.send_event, self.send_audio),
+            Rates.both(RATE),
+            caller=_caller_uri(caller),
+        )
+        await self.media.start()
+        self.respond(200, self.answer_sdp)
+        self._set_state(CallState.ANSWERED)
+        log.info(
+            "sip call %s answered: session %s, %s pt %d (keys pt %s), RTP %d <-> %s:%d",
+            self.call_id,
+            self.session.id,
+            self.media.chosen.codec,
+            self.media.chosen.payload_type,
+            self.media.chosen.dtmf_payload_type,
+            self.media.port,
+            *self.media.remote,
+        )
+        if not self.dialog.flow.reliable:
+            self._spawn(self._resend_until(self._acked, self.last_response), "resend-200")
+
+    async def _resend_until(self, done: asyncio.Event, data: bytes) -> None:
+        """Re-send ``data`` over UDP at T1, 2 T1, ... (at most T2 apart) until ``done``."""
+        wait = T1_S
+        while not done.is_set():  # bounded by the ACK's timeout, or by our BYE's
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), wait)
+            if not done.is_set():
+                self.dialog.flow.send(data)
+                wait = min(2 * wait, T2_S)
+
+    def _hang_up_ours(self, why: str) -> None:
+        """We end a call that is up: a BYE goes out (and its answer is awaited in cleanup)."""
+        if self.state in (CallState.ANSWERED, CallState.CONFIRMED):
+            self._set_state(CallState.TERMINATED, why)
+            self._send_bye()
+
+    def _send_bye(self) -> None:
+        data = self.dialog.request("BYE", self.config.user_agent).encode()
+        self.dialog.flow.send(data)
+        if not self.dialog.flow.reliable:
+            self._bye = asyncio.get_running_loop().create_task(
+                self._resend_until(self._bye_answered, data), name=f"sip-bye-{self.call.id}"
+            )
+        self._bye_sent = True
+
+    async def _close(self) -> None:
+        """Everything this call started stops; a dialog still up is ended with our BYE."""
+        if self.state is CallState.RINGING:  # the server ended it before the answer
+            self.respond(503, reason="Service Unavailable")
+            self._set_state(CallState.TERMINATED, "(ended before the answer)")
+        elif self.state is not CallState.TERMINATED:  # idle, max duration, drain, end_call
+            self._set_state(CallState.TERMINATED, "(the server ended the call)")
+            self._send_bye()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            if self.session is not None:
+                await hang_up(self.session)
+            await self.media.close()
+            if self._bye_sent:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._bye_answered.wait(), BYE_TIMEOUT_S)
+        finally:
+            if self._bye is not None:
+                self._bye.cancel()
+                await asyncio.gather(self._bye, return_exceptions=True)
+            self._forget(self)
+            log.info(
+                "sip call %s ended %s: %d RTP packets in",
+                self.call_id,
+                self.why,
+                self.media.received,
+            )
+
+    def _spawn(self, work: object, what: str) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            work,  # type: ignore[arg-type]
+            name=f"sip-{what}-{self.call.id}",
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- media in (RtpMedia's listener) -----------------------------------------
+
+    def caller_audio(self, pcm: bytes) -> None:
+        """The caller may speak once our 200 is out, before its ACK reaches us."""
+        if self.session is not None and self.state is not CallState.TERMINATED:
+            self.session.feed(pcm)
+
+    def caller_digit(self, digit: str) -> None:
+        try:
+            self._digits.put_nowait(digit)
+        except asyncio.QueueFull:
+            self.rtp_dropped("dtmf_overflow")
+
+    def reply_played(self, seq: int) -> None:
+        if self.session is not None:
+            self.session.playback_ack(seq)
+
+    def rtp_dropped(self, reason: str) -> None:
+        self.metrics.rtp_dropped.labels(reason).inc()
+
+    async def _press_keys(self, session: Session) -> None:
+        """Key presses to the session's keypad (``conversation/keypad.py``), in order."""
+        while True:
+            digit = await self._digits.get()
+            self.metrics.dtmf.labels(digit).inc()
+            log.info("sip call %s: DTMF %s", self.call_id, digit)
+            await session.key_pressed(digit)
+
+    # -- the session's output -----------------------------------------------------
+
+    async def send_event(self, event: Event) -> None:
+        if isinstance(event, PlaybackClear):
+            self.media.reply.clear()
+        elif isinstance(event, CallEnded):  # the goodbye has gone out: hang up
+            log.info("sip call %s: %s", self.call_id, event.reason)
+            self._hang_up_ours(f"(end_call: {event.reason})")
+        elif isinstance(event, CallTransfer):
+            self.metrics.errors.labels(ErrorCode.TRANSFER_FAILED).inc()
+            log.error("sip call %s: transfer to %s: not supported over SIP", *self._who(event))
+        elif isinstance(event, AudioDropped):
+            self.metrics.errors.labels(event.code).inc()
+        elif isinstance(event, ErrorEvent):
+            self.metrics.errors.labels(event.code).inc()
+            log.warning("sip call %s: %s: %s", self.call_id, event.code, event.message)
+
+    def _who(self, event: CallTransfer) -> tuple[str, str]:
+        return self.call_id, event.target
+
+    async def send_audio(self, frame: AudioOut) -> None:
+        self.media.reply.push(frame.seq, frame.pcm)
+
+
+def _caller_uri(from_value: str) -> str | None:
+    """The caller's SIP URI from the INVITE's From (tools see it as the caller)."""
+    return uri_of(from_value)[:256] or None
