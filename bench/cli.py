@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     overlap = sub.add_parser(
         "overlap", help="backchannels and interruptions over the reply, on a Twilio line"
     )
-    overlap.add_argument("--each", type=int, default=15, help="backchannels, and interruptions")
+    overlap.add_argument("--each", type=int, default=30, help="backchannels, and interruptions")
     overlap.add_argument(
         "--turn",
         type=json.loads,

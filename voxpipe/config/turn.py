@@ -130,6 +130,15 @@ class TurnConfig(BaseModel):
         description="Speech during a reply must last this long to interrupt it; shorter speech "
         "(a backchannel such as 'uh-huh', a cough) only pauses the reply and is not a turn.",
     )
+    clear_on_pause: bool = Field(
+        True,
+        description="When speech starts over a reply, the client also drops the reply audio "
+        "it has buffered (up to audio.playback_lead_ms), so the agent falls silent as the "
+        "caller starts, not min_interruption_ms and the buffer later; if the speech proves "
+        "to be no turn, the reply goes on from where the caller stopped hearing it. Only "
+        "where the wire has a clear that more audio may follow (the telephony providers). "
+        "Off: a pause only stops sending, and the buffer plays out.",
+    )
     resume_false_interruptions: bool = Field(
         True,
         description="Speech that interrupted a reply but holds no words (a cough, a door) or "

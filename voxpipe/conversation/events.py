@@ -172,6 +172,17 @@ class ToolFinished(Event):
 
 
 @dataclass(frozen=True)
+class PlaybackFlush(Event):
+    """The caller may be starting to talk over the reply: drop the reply frames still
+    buffered now, so the agent falls silent at once. Unlike a clear, more may come: if the
+    sound proves to be no turn, the audio the caller did not hear is sent again (new seqs).
+    Only a transport that says it can (``SessionSinks.flushes``) is sent one."""
+
+    type: ClassVar[str] = "playback.flush"
+    turn_id: int
+
+
+@dataclass(frozen=True)
 class PlaybackClear(Event):
     """Barge-in: drop every reply frame still buffered; none after ``last_seq`` will come."""
 

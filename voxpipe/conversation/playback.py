@@ -63,6 +63,21 @@ class PlaybackTracker:
         self._frames.append(_Frame(seq, self._sent_samples, play_start_ns, samples))
         self._frame_seqs.append(seq)
 
+    def rewind(self, heard: int, most: int) -> int:
+        """The client dropped what it had not played (a flush): the frames after the one
+        playing at ``heard`` samples, ``most`` of them at most (those the sender still
+        holds), count as never sent. Returns how many frames that is; they are sent
+        again, from the start of the frame the caller was hearing."""
+        kept, floor = len(self._frames), max(0, len(self._frames) - most)
+        while kept > floor and self._frames[kept - 1].end > heard:
+            kept -= 1
+        dropped = len(self._frames) - kept
+        del self._frames[kept:], self._frame_seqs[kept:]
+        self._sent_samples = self._frames[-1].end if self._frames else 0
+        if self._acked_samples is not None:
+            self._acked_samples = min(self._acked_samples, self._sent_samples)
+        return dropped
+
     # -- client reports -----------------------------------------------------
 
     def ack(self, seq: int) -> bool:

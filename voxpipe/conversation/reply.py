@@ -33,6 +33,7 @@ from voxpipe.conversation.events import (
     ErrorEvent,
     Event,
     PlaybackClear,
+    PlaybackFlush,
     ResponseDone,
     ResponseTextDelta,
     SendAudio,
@@ -141,6 +142,7 @@ class Reply:
         )
         self._outcome = ReplyOutcome()  # the status: only this reply's methods move it
         self._paused = False
+        self._audio: ReplyAudio | None = None  # its voice, once it speaks (a pause flushes it)
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
         self._held_events: list[Event] = []
         self._filler_queued = False
@@ -200,12 +202,21 @@ class Reply:
         self._outcome.move(ReplyStatus.DISCARDED, "speech resumed before the end of the turn")
         self.cancel.cancel()
 
-    def pause(self, now_ns: int) -> None:
-        if not self._paused:
-            self._paused = True
-            self._update_sendable()
-            if self.barge_in is not None and not self.barge_in.paused_ns:
-                self.barge_in.paused_ns = now_ns
+    async def pause(self, now_ns: int, flush: bool = False) -> None:
+        """The caller may be starting to talk: send nothing more for now. ``flush``
+        (``turn.clear_on_pause``, where the transport can): the client also drops what it
+        has buffered, so the agent falls silent now rather than after the buffer plays out;
+        if the sound proves to be no turn, the reply goes on from where the caller stopped
+        hearing it."""
+        if self._paused:
+            return
+        self._paused = True
+        self._update_sendable()
+        if self.barge_in is not None and not self.barge_in.paused_ns:
+            self.barge_in.paused_ns = now_ns
+        if flush and not self.held and self._audio is not None and self._audio.flush(now_ns):
+            self.timeline.counters["flushes"] = int(self.timeline.counters.get("flushes", 0)) + 1
+            await self.ctx.send_event(PlaybackFlush(self.turn_id))
 
     def resume(self) -> None:
         self._paused = False
@@ -343,6 +354,7 @@ class Reply:
             (ctx.send_audio, ctx.next_seq), ctx.output_rate, self._wait_until_sendable,
             self.urgency,
         )  # fmt: skip
+        self._audio = audio
         usage = LlmUsage()
         llm_clock = JobClock()
         guard: SilenceGuard | None = None

@@ -15,6 +15,7 @@ import contextlib
 import enum
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,6 +43,10 @@ class Sound(enum.Enum):
     ANSWER = "answer"
     FILLER = "filler"
     PHRASE = "phrase"
+
+
+# Put on the frames queue so that play, waiting there, sees the frames a flush took back.
+_WAKE: tuple[bytes, Sound] = (b"", Sound.ANSWER)
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,16 @@ class ReplyAudio:
         self.first_words = asyncio.Event()  # set: no filler is due any more
         cancel.on_cancel(self.first_words.set)
         self.filler_queued = False
-        self._synthesizing = self._holding_frame = False
+        self._synthesizing = False
+        self._holding: tuple[bytes, Sound] | None = None  # taken from the queue, not yet sent
+        # Frames sent lately, which a flush may have to send again: at most the client's
+        # buffer (playback_lead_ms) and a second more.
+        self._sent: deque[tuple[bytes, Sound]] = deque(
+            maxlen=(cfg.audio.playback_lead_ms + 1000) // cfg.audio.out_frame_ms + 1
+        )
+        self._again: deque[tuple[bytes, Sound]] = deque()  # to send again, before the queue
+        self._flushes = 0
+        self._played_all = False  # play took the end of the queue: nothing is sent again
         self._urgency = urgency  # how far ahead of the caller's ear the reply is, for the LLM
         self._chars_waiting = 0  # answer text queued for the TTS
         self._lead_ns = cfg.audio.synthesis_lead_ms * 1_000_000
@@ -142,7 +156,7 @@ class ReplyAudio:
     def quiet_since_ns(self) -> int | None:
         """When the client will have played all it was sent; None while more is on its way."""
         queued = self._clauses.qsize() or self._frames.qsize()
-        if queued or self._synthesizing or self._holding_frame:
+        if queued or self._synthesizing or self._holding is not None or self._again:
             return None
         return self._pacer.ends_at_ns
 
@@ -206,23 +220,29 @@ class ReplyAudio:
     async def play(self) -> None:
         reply, pacer, cancel, stages = self._reply, self._pacer, self._cancel, self._stages
         ns_per_byte = 1e9 / (2 * self._rate)
-        while (item := await self._frames.get()) is not None:
+        while (item := await self._next_frame()) is not None:
             frame, sound = item
             if cancel.cancelled:
                 continue
-            self._holding_frame = True
+            self._holding = item
+            flushes = self._flushes
             await self._sendable()
             delay = pacer.delay_s(time.monotonic_ns())
             if delay > 0:
                 await asyncio.sleep(delay)
             await self._sendable()
-            self._holding_frame = False
-            if cancel.cancelled:
-                continue
+            self._holding = None
+            if cancel.cancelled or self._flushes != flushes:
+                continue  # cancelled, or flushed meanwhile: the frame waits in _again
             seq = self._next_seq()
-            # Before the send, which may wait: a barge-in meanwhile must clear this frame too.
+            # Before the send, which may wait: a barge-in meanwhile must clear this frame too,
+            # and a flush must send it again.
             reply.first_seq = reply.first_seq or seq
             reply.last_seq = seq
+            now = time.monotonic_ns()
+            duration_ns = int(len(frame) * ns_per_byte)
+            self._tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
+            self._sent.append(item)
             await self._send_audio(AudioOut(seq, reply.turn_id, frame))
             now = time.monotonic_ns()
             if sound is Sound.PHRASE:
@@ -230,9 +250,38 @@ class ReplyAudio:
             else:
                 stages.audio_sent(now, sound is Sound.FILLER)
             reply.last_frame_ns = now
-            duration_ns = int(len(frame) * ns_per_byte)
-            reply.audio_ns += duration_ns
-            self._tracker.sent(seq, len(frame) // 2, pacer.sent(now, duration_ns))
+            # The reply's audio sent, a frame sent again after a flush counted once.
+            reply.audio_ns = max(reply.audio_ns, self._tracker.sent_samples * 10**9 // self._rate)
+
+    async def _next_frame(self) -> tuple[bytes, Sound] | None:
+        """The next frame to send: one a flush took back first, then the queue's."""
+        while not self._again:
+            item = await self._frames.get()
+            if item is None:
+                self._played_all = True
+            if item is not _WAKE:
+                return item
+        return self._again.popleft()
+
+    def flush(self, now_ns: int) -> bool:
+        """Take back the audio the client has not played, to send it again once the reply
+        is sendable, from the frame the caller was hearing (ahead of the frame held for
+        the pause and of the queue); the caller tells the client to drop it
+        (``PlaybackFlush``). False, and nothing taken back, when the client has nothing
+        buffered, or once every frame is sent: no one would send them again, so the end of
+        a reply plays out as it did."""
+        if self._played_all or self._pacer.ends_at_ns <= now_ns:
+            return False  # all sent, or the client has nothing left to play
+        back = self._tracker.rewind(self._tracker.heard_samples(now_ns), len(self._sent))
+        self._pacer.flushed(now_ns)
+        again = list(self._sent)[len(self._sent) - back :] if back else []
+        if self._holding is not None:
+            again.append(self._holding)
+        self._again.extendleft(reversed(again))
+        self._flushes += 1
+        if self._again and self._frames.empty():
+            self._frames.put_nowait(_WAKE)  # play may be waiting on the queue
+        return True
 
     async def fill_silence(self) -> None:
         """Say the filler if the first words miss the first token's deadline (the frames

@@ -81,11 +81,14 @@ class Session(ClientCommands):
         record: CallRecord | None = None,
         transport: str = "unknown",
         caller: str | None = None,
+        flushes: bool = False,
     ) -> None:
         """``owner`` is the principal that started the call; ``record`` continues a call
         another worker recorded (a restore), else a new call record is begun. The call's
         trace span opens here (``transport`` labels it) and closes with the session.
-        ``caller``: the caller's number or SIP URI, where the transport carries one."""
+        ``caller``: the caller's number or SIP URI, where the transport carries one.
+        ``flushes``: the transport can drop its client's buffered reply audio and send more
+        of the same reply after (``PlaybackFlush``)."""
         self.id = session_id
         self.caller = checked_caller(caller)
         self.record = record or CallRecord(new_call_id(), session_id, owner)
@@ -96,6 +99,7 @@ class Session(ClientCommands):
         self.input_sample_rate = input_sample_rate
         self.output_sample_rate = output_sample_rate
         self.turn_config = turn_config or self.cfg.turn
+        self._flushes = flushes
         self._vad = services.vad.new_stream()
         self._window = services.vad.window_samples
         self._detector = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
@@ -306,7 +310,7 @@ class Session(ClientCommands):
             if detector is not self._detector:
                 return  # the speech was forgotten while the client was told (a reset)
         elif overlap is not None and overlap.action is Yield.PAUSE:
-            overlap.reply.pause(time.monotonic_ns())
+            await overlap.reply.pause(time.monotonic_ns(), self._flush_on_pause())
         elif overlap is not None:
             overlap.reply.resume()  # only a backchannel so far
         preempt = self._turns.pausing(
@@ -338,6 +342,9 @@ class Session(ClientCommands):
         detector.judged(said)
         self._checks.append(check)
 
+    def _flush_on_pause(self) -> bool:
+        return self._flushes and self.turn_config.clear_on_pause
+
     def _llm_may_judge(self) -> bool:
         """The LLM judges words only where it is cheap: on the call's own sequence, which
         holds the conversation without tools (an agent with tools keeps it elsewhere), and
@@ -353,7 +360,7 @@ class Session(ClientCommands):
             now = time.monotonic_ns()
             # event.sample starts the first speech window: when did that window arrive?
             over.barge_in = BargeIn(self._arrivals.of(event.sample + 1))
-            over.pause(now)
+            await over.pause(now, self._flush_on_pause())
         self.partials.speech_started(self._turn_ids + 1, self._arrivals.of(event.sample + 1))
         await self._send_event(SpeechStarted(round(event.sample / 16, 1)))
 

@@ -86,6 +86,10 @@ class SessionSinks:
 
     event: SendEvent
     audio: SendAudio
+    # The wire can drop the audio its client has buffered and then play more of the same
+    # reply (a telephony clear): the session may then flush a reply the moment the caller
+    # may be talking over it (``PlaybackFlush``, ``turn.clear_on_pause``).
+    flushes: bool = False
 
 
 @dataclass(eq=False)
@@ -141,6 +145,7 @@ class Call:
             record=record,
             transport=self.transport,
             caller=caller,
+            flushes=sinks.flushes,
         )
         self.attach(session)
         return session

@@ -36,10 +36,10 @@ class Call:
     """One session on fake engines, with everything it sent, in order.
 
     ``turn`` and ``llm`` override fields of the config's sections; ``turn_config`` is passed
-    to the session itself; ``agent`` gives it instructions, a greeting and tools. Sends go
-    one at a time, as a transport's do; ``send_yields``
-    makes each wait a moment, as a WebSocket send does, and clearing ``audio_flowing``
-    stalls the audio sends (a slow link) while still holding the transport.
+    to the session itself, and so is ``flushes`` (a telephony transport's clear); ``agent``
+    gives it instructions, a greeting and tools. Sends go one at a time, as a transport's
+    do; ``send_yields`` makes each wait a moment, as a WebSocket send does, and clearing
+    ``audio_flowing`` stalls the audio sends (a slow link) while still holding the transport.
     """
 
     def __init__(
@@ -61,6 +61,7 @@ class Call:
         agent: RunningAgent | None = None,
         phrases: dict[str, Filler] | None = None,
         turn_model: TurnModel | None = None,
+        flushes: bool = False,
     ) -> None:
         self.config = Config.load(
             audio={"playback_lead_ms": LEAD_MS},
@@ -94,7 +95,14 @@ class Call:
         self.audio_stalled = 0  # audio sends waiting for audio_flowing
         self.sent: list[Event | AudioOut] = []
         self.session = Session(
-            "call-1", self.services, self._event, self._audio, RATE, output_rate, turn_config
+            "call-1",
+            self.services,
+            self._event,
+            self._audio,
+            RATE,
+            output_rate,
+            turn_config,
+            flushes=flushes,
         )
 
     async def _event(self, event: Event) -> None:

@@ -86,3 +86,20 @@ def test_the_first_ack_dates_the_start_of_playback() -> None:
     started = tracker.started_playing_ns()
     assert started is not None and before - 60 * MS <= started <= after - 60 * MS
     assert tracker.ack(5) and tracker.started_playing_ns() == started  # the first ack says
+
+
+def test_a_rewind_takes_back_the_frames_after_the_one_playing() -> None:
+    tracker = PlaybackTracker(16000)
+    tracker.add_clause("one two three four", 1600)
+    for seq in range(1, 6):  # five 320-sample frames
+        tracker.sent(seq, 320, 0)
+    tracker.ack(2)  # frames 1 and 2 played
+    # Heard into frame 3: frames 3 to 5 go again, the sent audio ends with frame 2.
+    assert tracker.rewind(700, most=10) == 3
+    assert tracker.sent_samples == 640 and tracker.last_seq == 2
+    assert tracker.heard_samples(time.monotonic_ns()) == 640
+    # At most what the sender still holds: two frames back, however little was heard.
+    tracker.sent(6, 320, 0)
+    assert tracker.rewind(0, most=2) == 2
+    assert tracker.sent_samples == 320 and tracker.last_seq == 1
+    assert tracker.heard_samples(time.monotonic_ns()) == 320  # the ack, cut to what is sent

@@ -24,7 +24,7 @@ from voxpipe.clients.phone_line import MARK, MEDIA, PhoneLine
 from voxpipe.clients.telephony_clients import ExotelLine, PlivoLine, TelnyxLine, VonageLine
 from voxpipe.clients.twilio_client import TwilioLine
 from voxpipe.config import Config
-from voxpipe.conversation.events import AudioOut, PlaybackClear
+from voxpipe.conversation.events import AudioOut, PlaybackClear, PlaybackFlush
 from voxpipe.engines.base import Engines
 from voxpipe.transports.telephony import PROVIDERS
 from voxpipe.transports.telephony.base import Provider
@@ -214,6 +214,27 @@ async def test_barge_in_sends_the_provider_s_clear_and_cleared_marks_are_not_ack
     wire.send(wire.line.echo("seq:99"))  # never sent: counted
     await wire.stream.until(lambda: wire.conn.bad_messages == 1)
     assert acked == [] and wire.stream.errors("invalid_event") == 1
+
+
+async def test_a_flush_is_the_provider_s_clear_and_the_interruption_after_it_sends_none(
+    wire: Wire,
+) -> None:
+    await wire.start()
+    expected = json.loads(json.dumps(wire.spec.clear).replace("{sid}", wire.sid))
+
+    def clears() -> int:
+        return wire.stream.ws.sent.count(expected)
+
+    for seq in (1, 2):
+        await wire.conn.send_audio(AudioOut(seq, 1, bytes(wire.spec.rate // 50 * 2)))
+    await wire.conn.send_event(PlaybackFlush(1))  # the pause: the caller stops hearing it
+    await wire.stream.until(lambda: clears() == 1)
+    await wire.conn.send_event(PlaybackClear(1, 2))  # the interruption: nothing sent since
+    await wire.conn.send_audio(AudioOut(3, 1, bytes(wire.spec.rate // 50 * 2)))
+    await wire.conn.send_event(PlaybackClear(1, 3))  # a frame went out since: cleared again
+    await wire.stream.until(lambda: clears() == 2)
+    await asyncio.sleep(0.05)
+    assert clears() == 2
 
 
 async def test_keys_reach_the_session(wire: Wire) -> None:

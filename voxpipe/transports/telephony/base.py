@@ -55,6 +55,7 @@ from voxpipe.conversation.events import (
     ErrorEvent,
     Event,
     PlaybackClear,
+    PlaybackFlush,
 )
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.session import Session
@@ -266,6 +267,7 @@ class MediaStream:
         self.bad_messages = 0
         self.problem = ""  # the last bad message: a refusal's close reason
         self._unplayed: deque[int] = deque(maxlen=PENDING_MARKS)  # marks sent, not echoed
+        self._cleared_last = False  # the last thing sent was a clear: another is a no-op
         self._cleared: deque[int] = deque(maxlen=PENDING_MARKS)  # marks a clear dropped
         self.sink = call_send_buffer(ws, call, provider.title)
 
@@ -423,7 +425,7 @@ class MediaStream:
         self.stream = start
         self.session = self.call.open_session(
             start.stream,
-            SessionSinks(self.send_event, self.send_audio),
+            SessionSinks(self.send_event, self.send_audio, flushes=True),
             Rates.both(start.audio.rate),
             instructions=instructions,
             caller=start.caller_number,
@@ -495,7 +497,7 @@ class MediaStream:
     # -- sending ------------------------------------------------------------
 
     async def send_event(self, event: Event) -> None:
-        if isinstance(event, PlaybackClear):
+        if isinstance(event, PlaybackClear | PlaybackFlush):  # the provider's clear, both
             self._clear()
         elif isinstance(event, CallEnded):  # the stream ends; so does the call (docs/telephony.md)
             self.log.info("%s stream %s: %s", *self._who(), event.reason)
@@ -523,11 +525,15 @@ class MediaStream:
             self.sink.put(self.provider.media(self.stream, chunk), audio_ms)
         self.sink.put(self.provider.mark(self.stream, f"{MARK_PREFIX}{frame.seq}"), 0.0)
         self._unplayed.append(frame.seq)
+        self._cleared_last = False
 
     def _clear(self) -> None:
-        """Barge-in: the provider drops its buffered audio; the marks in it were not heard."""
-        if self.stream is None:
+        """Barge-in: the provider drops its buffered audio; the marks in it were not heard.
+        One clear a barge-in: none again while nothing was sent since the last (the
+        interruption after a pause's flush)."""
+        if self.stream is None or self._cleared_last:
             return
+        self._cleared_last = True
         self.sink.put(self.provider.clear(self.stream), 0.0)
         self._cleared.extend(self._unplayed)
         self._unplayed.clear()
