@@ -1,4 +1,10 @@
-"""What the server needs to control a phone call through its provider (transfer, dial out)."""
+"""What the server needs to control a phone call through its provider (transfer, dial out).
+
+Each provider's REST API has its base URL here (tests point it at a local server), its
+credentials (secrets as ``SecretStr``: never logged, never in ``voxpipe config``), and the
+number its outbound calls come from. A provider left unconfigured still answers its media
+streams; only its transfer and outbound calls fail, with an error naming the missing field.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 class TelephonyConfig(BaseModel):
     """The providers' call-control APIs, for a transfer and an outbound call: a call is
-    answered and ended over the media stream itself."""
+    answered and ended over the media stream itself (docs/telephony.md)."""
 
     twilio_api_base: str = Field(
         "https://api.twilio.com",
@@ -27,10 +33,66 @@ class TelephonyConfig(BaseModel):
     twilio_from: str | None = Field(
         None, description="The Twilio number outbound calls come from (E.164)."
     )
+    telnyx_api_base: str = Field(
+        "https://api.telnyx.com",
+        description="Telnyx's Call Control API. A transfer is POST "
+        "/v2/calls/{call_control_id}/actions/transfer; an outbound call POST /v2/calls.",
+    )
+    telnyx_api_key: SecretStr | None = Field(
+        None,
+        description="A Telnyx API key (sent as a Bearer token). None: Telnyx transfers and "
+        "outbound calls fail with a clear error, and the call goes on.",
+    )
+    telnyx_connection_id: str | None = Field(
+        None,
+        description="The Call Control application (connection) Telnyx outbound calls are "
+        "placed from.",
+    )
+    telnyx_from: str | None = Field(
+        None, description="The Telnyx number outbound calls come from (E.164)."
+    )
+    plivo_api_base: str = Field(
+        "https://api.plivo.com",
+        description="Plivo's Voice API. A transfer is POST /v1/Account/{auth_id}/Call/"
+        "{call_uuid}/ with an aleg_url this server answers with <Dial> XML; an outbound call "
+        "POST /v1/Account/{auth_id}/Call/ with an answer_url answered with <Stream> XML.",
+    )
+    plivo_auth_id: str | None = Field(
+        None, description="The Plivo account's Auth ID (HTTP basic auth user, and in the path)."
+    )
+    plivo_auth_token: SecretStr | None = Field(
+        None,
+        description="The Plivo account's Auth Token (HTTP basic auth password); it also "
+        "signs the XML URLs this server gives Plivo (/v1/plivo/xml), so only they are answered.",
+    )
+    plivo_from: str | None = Field(
+        None, description="The Plivo number outbound calls come from (E.164)."
+    )
+    vonage_api_base: str = Field(
+        "https://api.nexmo.com",
+        description="Vonage's Voice API. A transfer is PUT /v1/calls/{uuid} with an NCCO "
+        "connect; an outbound call POST /v1/calls with an NCCO connect to the WebSocket.",
+    )
+    vonage_application_id: str | None = Field(
+        None,
+        description="The Vonage application whose private key signs each request's JWT "
+        "(RS256, claim application_id).",
+    )
+    vonage_private_key: SecretStr | None = Field(
+        None,
+        description="That application's private key, PEM text (-----BEGIN PRIVATE KEY-----"
+        "...). None: Vonage transfers and outbound calls fail with a clear error.",
+    )
+    vonage_from: str | None = Field(
+        None,
+        description="The Vonage number outbound calls come from, and a transferred call is "
+        "presented from (E.164).",
+    )
     public_url: str | None = Field(
         None,
-        description="Where Twilio reaches this server (wss://voice.example.com): an outbound "
-        "call's TwiML streams to {public_url}/v1/twilio.",
+        description="Where the providers reach this server (wss://voice.example.com): an "
+        "outbound call streams to {public_url}/v1/<provider>; Plivo fetches its XML from "
+        "the same host over https.",
     )
     rest_timeout_s: float = Field(
         5.0, gt=0, le=60, description="Longest wait for a provider's REST API."

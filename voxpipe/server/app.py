@@ -52,7 +52,7 @@ from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers, error_response
 from voxpipe.server.worker import WorkerHeader
-from voxpipe.transports import telephony
+from voxpipe.transports import plivo_rest, telephony
 from voxpipe.transports.base import Transport
 from voxpipe.transports.native import NativeTransport
 from voxpipe.transports.openai_realtime import RealtimeTransport
@@ -225,6 +225,10 @@ def create_app(
         """Dial out (``server/outbound.py``)."""
         return await place_call(request, state)
 
+    async def plivo_xml(request: Request) -> Response:
+        """The Plivo XML a transfer or an outbound call points Plivo at (``plivo_rest.py``)."""
+        return await plivo_rest.xml_endpoint(request, state.config.telephony)
+
     def websocket_route(transport: Transport) -> WebSocketRoute:
         async def endpoint(ws: WebSocket) -> None:
             await serve_call(ws, transport, state)
@@ -241,6 +245,7 @@ def create_app(
             Route("/metrics", metrics),
             Route("/v1/tokens", tokens, methods=["POST"]),
             Route("/v1/calls", calls, methods=["POST"]),
+            Route(plivo_rest.XML_PATH, plivo_xml, methods=["GET", "POST"]),
             Route(webrtc.path, webrtc.offer, methods=["POST"]),
             *(websocket_route(t) for t in transports),
         ],

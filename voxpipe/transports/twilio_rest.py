@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape, quoteattr
 import httpx
 
 from voxpipe.config import TelephonyConfig
+from voxpipe.transports.provider_rest import ProviderRefused, field_of, request
 
 
 def dial_twiml(target: str) -> str:
@@ -50,9 +51,14 @@ async def place_call(cfg: TelephonyConfig, to: str, twiml: str) -> str:
         raise TwilioRefused(f"{', '.join(missing)} not set")
     response = await _post(cfg, account, "Calls.json", {"To": to, "From": caller, "Twiml": twiml})
     try:
-        return str(response.json()["sid"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TwilioRefused("Twilio's answer has no call sid") from exc
+        return field_of(response, "Twilio", "sid")
+    except ProviderRefused as exc:
+        raise TwilioRefused(str(exc)) from exc
+
+
+async def dial(cfg: TelephonyConfig, to: str, stream_url: str, parameters: dict[str, str]) -> str:
+    """An outbound call whose audio streams to ``stream_url`` (``server/outbound.py``)."""
+    return await place_call(cfg, to, stream_twiml(stream_url, parameters))
 
 
 async def _post(
@@ -65,15 +71,11 @@ async def _post(
     url = f"{base}/2010-04-01/Accounts/{account_sid}/{path}"
     auth = (account_sid, cfg.twilio_auth_token.get_secret_value())
     try:
-        async with httpx.AsyncClient(timeout=cfg.rest_timeout_s) as client:
-            response = await client.post(url, data=form, auth=auth)
-    except httpx.HTTPError as exc:
-        raise TwilioRefused(f"{type(exc).__name__}: {exc}") from exc
-    if response.status_code >= 300:
-        raise TwilioRefused(f"Twilio answered {response.status_code}: {response.text[:200]}")
-    return response
+        return await request(cfg, "Twilio", "POST", url, data=form, auth=auth)
+    except ProviderRefused as exc:
+        raise TwilioRefused(str(exc)) from exc
 
 
-class TwilioRefused(Exception):
+class TwilioRefused(ProviderRefused):
     """Twilio did not take the request, or could not be asked (a transfer: the call goes
     on where it was; an outbound call: none is placed)."""

@@ -69,6 +69,7 @@ from voxpipe.transports.base import (
     invalid_text,
 )
 from voxpipe.transports.call import Call, CloseCode, Rates, SessionSinks
+from voxpipe.transports.provider_rest import NotDialable
 from voxpipe.transports.telephony.codec import AudioFormat
 
 MARK_PREFIX = "seq:"  # a mark's name is "seq:<frame seq>"
@@ -248,8 +249,18 @@ class Provider(ABC):
         """Drop the audio buffered for the caller (barge-in)."""
 
     async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
-        """Put the call through to ``target`` (the call then leaves this stream)."""
+        """Put the call through to ``target`` (the call then leaves this stream), through
+        the provider's REST API (its ``*_rest.py``); raises when the call stays here."""
         raise TransferUnsupported(f"{self.title} call transfer is not supported")
+
+    @staticmethod
+    async def dial(
+        cfg: TelephonyConfig, to: str, stream_url: str, parameters: dict[str, str]
+    ) -> str:
+        """Place an outbound call (``POST /v1/calls``) whose audio streams to ``stream_url``,
+        this provider's route, with ``parameters`` as the start's; the provider's id of it.
+        A provider that dials sets this to its ``*_rest.dial``."""
+        raise NotDialable("this provider places no outbound calls")
 
 
 class MediaStream:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from voxpipe.config import TelephonyConfig
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.observability.printable import PrintableId
 from voxpipe.transports.telephony.base import (
@@ -30,6 +31,7 @@ from voxpipe.transports.telephony.base import (
     Refused,
     Started,
     Stopped,
+    TransferUnsupported,
     WireMessage,
     b64,
     compact,
@@ -143,3 +145,10 @@ class Exotel(Provider):
 
     def clear(self, stream: Started) -> str:
         return compact({"event": "clear", "stream_sid": stream.stream})
+
+    async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
+        """Exotel publishes no API that moves a live Voicebot call elsewhere: refused."""
+        raise TransferUnsupported(
+            "Exotel has no published API to transfer a live Voicebot call "
+            "(docs/telephony.md#exotel)"
+        )

@@ -17,8 +17,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from voxpipe.config import TelephonyConfig
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.observability.printable import PrintableId
+from voxpipe.transports import plivo_rest
 from voxpipe.transports.telephony.base import (
     NO_INBOUND,
     Audio,
@@ -97,6 +99,7 @@ class Plivo(Provider):
     name = "plivo"
     title = "Plivo"
     messages = messages_of(Start, Media, Dtmf, PlayedStream, ClearedAudio)
+    dial = staticmethod(plivo_rest.dial)  # POST /v1/calls
     start_event = "start"
 
     def inbound(self, message: WireMessage) -> Inbound | Refused:
@@ -140,3 +143,8 @@ class Plivo(Provider):
 
     def clear(self, stream: Started) -> str:
         return compact({"event": "clearAudio", "streamId": stream.stream})
+
+    async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
+        """The Call API's transfer of the start's ``callId`` to ``<Dial>`` XML this server
+        serves (``plivo_rest.py``); Plivo leaves the ``<Stream>``, which ends this one."""
+        await plivo_rest.transfer(config, stream.call_id, target)

@@ -16,7 +16,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from voxpipe.config import TelephonyConfig
 from voxpipe.observability.printable import PrintableId
+from voxpipe.transports import telnyx_rest
 from voxpipe.transports.telephony.base import (
     Audio,
     Digit,
@@ -104,6 +106,7 @@ class Telnyx(Provider):
     name = "telnyx"
     title = "Telnyx"
     messages = messages_of(Connected, Start, Media, Mark, Dtmf, Error, Stop)
+    dial = staticmethod(telnyx_rest.dial)  # POST /v1/calls
     start_event = "start"
 
     def inbound(self, message: WireMessage) -> Inbound | Refused:
@@ -144,3 +147,8 @@ class Telnyx(Provider):
 
     def clear(self, stream: Started) -> str:
         return compact({"event": "clear"})
+
+    async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
+        """Call Control's transfer of the start's ``call_control_id`` (``telnyx_rest.py``):
+        Telnyx bridges the caller to the target, which ends this stream."""
+        await telnyx_rest.transfer(config, stream.call_id, target)

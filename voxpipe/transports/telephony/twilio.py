@@ -126,6 +126,7 @@ class Twilio(Provider):
     name = "twilio"
     title = "Twilio"
     messages = messages_of(Connected, Start, Media, Mark, Dtmf, Stop)
+    dial = staticmethod(twilio_rest.dial)  # POST /v1/calls
     start_event = "start"
 
     def inbound(self, message: WireMessage) -> Inbound | Refused:

@@ -19,7 +19,9 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from voxpipe.config import TelephonyConfig
 from voxpipe.observability.printable import check_id
+from voxpipe.transports import vonage_rest
 from voxpipe.transports.telephony.base import (
     Audio,
     Digit,
@@ -30,6 +32,7 @@ from voxpipe.transports.telephony.base import (
     Provider,
     Refused,
     Started,
+    TransferUnsupported,
     WireMessage,
     compact,
     messages_of,
@@ -76,6 +79,7 @@ class Vonage(Provider):
     name = "vonage"
     title = "Vonage"
     messages = messages_of(Connected, Dtmf, Notify, Cleared)
+    dial = staticmethod(vonage_rest.dial)  # POST /v1/calls
     start_event = "websocket:connected"
     frame_ms = FRAME_MS
 
@@ -111,6 +115,16 @@ class Vonage(Provider):
 
     def clear(self, stream: Started) -> str:
         return compact({"action": "clear"})
+
+    async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
+        """The Voice API's transfer of the call the NCCO's ``call_uuid`` header names to an
+        NCCO ``connect`` (``vonage_rest.py``); with no such header no call can be named."""
+        if stream.parameters.get(CALL_HEADER) != stream.call_id:
+            raise TransferUnsupported(
+                f"the NCCO's websocket endpoint named no {CALL_HEADER} header: Vonage cannot "
+                "be told which call to transfer (docs/telephony.md#vonage)"
+            )
+        await vonage_rest.transfer(config, stream.call_id, target)
 
 
 def _named_id(value: str) -> bool:
