@@ -55,8 +55,9 @@ DEFAULT_TRANSFER_SAYS = "Let me put you through to a colleague. One moment, plea
 def transfer_call_to(target: str, says: str = DEFAULT_TRANSFER_SAYS) -> PythonTool:
     """``transfer_call``: hands the call to ``target`` (a phone number or SIP URI the agent
     is configured with; the model never chooses where a call goes) after saying ``says``.
-    Over Twilio it updates the live call with ``<Dial>`` TwiML through the REST API
-    (``telephony.twilio_*``). It runs only when the caller asks for a person."""
+    Over a phone provider the stream asks its REST API to move the call (Twilio, Telnyx,
+    Plivo, Vonage: ``telephony.*``, ``docs/telephony.md``). It runs only when the caller
+    asks for a person."""
     if not target.strip() or any(c in target for c in "<>&\"'"):
         raise ToolDefinitionError(f"transfer_call: {target!r} is no number or SIP URI")
 
