@@ -36,6 +36,15 @@ def is_acknowledgement(transcript: str, phrases: list[str], max_words: int) -> b
     return True
 
 
+def no_turn(transcript: str, over: str, phrases: list[str], max_words: int) -> bool:
+    """Whether speech heard as ``transcript`` over a reply that said ``over`` was no turn:
+    only a sound or acknowledgements (:func:`is_acknowledgement`), and no words at all over
+    a reply that ends in a question ("yes" to a readback answers it early)."""
+    if not is_acknowledgement(transcript, phrases, max_words):
+        return False
+    return not (words_of(transcript) and over.rstrip().endswith("?"))
+
+
 BACK_UP_WORDS = 8  # the most words said again when the reply goes on
 
 

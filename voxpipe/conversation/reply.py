@@ -41,12 +41,7 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
-from voxpipe.conversation.overlap_words import (
-    is_acknowledgement,
-    resume_at,
-    unheard,
-    words_of,
-)
+from voxpipe.conversation.overlap_words import no_turn, resume_at, unheard
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_audio import ReplyAudio
@@ -322,12 +317,13 @@ class Reply:
             return None
         if interrupted.status is not ReplyStatus.INTERRUPTED or interrupted.heard_text is None:
             return None  # finished before the barge-in landed, or cancelled by the client
-        if not is_acknowledgement(
-            self.transcript, turn.backchannel_phrases, turn.backchannel_max_words
+        if not no_turn(
+            self.transcript,
+            interrupted.generated,
+            turn.backchannel_phrases,
+            turn.backchannel_max_words,
         ):
             return None
-        if words_of(self.transcript) and interrupted.generated.rstrip().endswith("?"):
-            return None  # "yes" over a question (a readback's) answers it early
         self.continues = interrupted.turn_id
         self.repeats = len(interrupted.heard_text.split()) - resume_at(interrupted.heard_text)
         return unheard(interrupted.generated, interrupted.heard_text)

@@ -306,6 +306,7 @@ class Session(ClientCommands):
         overlap = self._turns.heard(loud, detector.speech_ms(), detector.silence_ms())
         if overlap is not None and overlap.action is Yield.INTERRUPT:
             self._barged = overlap.reply  # the turn's words may yet show it was no turn
+            self._detector.check_overlap = self._may_resume()
             await self._interrupt(overlap.reply)
             if detector is not self._detector:
                 return  # the speech was forgotten while the client was told (a reset)
@@ -327,6 +328,19 @@ class Session(ClientCommands):
         lands on the same window whatever the engines' speed (the windows queue meanwhile,
         off the loop)."""
         detector = self._detector
+        barged, cfg = self._barged, self.turn_config
+        if barged is not None and event.audio is not None and self._may_resume():
+            no_turn, check = await self._turn_judge.overlap(
+                event, detector.as_ended(event.audio), cfg, barged.generated
+            )
+            if detector is not self._detector:
+                return  # the turn was reset meanwhile
+            self._checks.append(check)
+            if no_turn:  # a backchannel or a sound: the reply goes on sooner
+                detector.judged(Verdict.COMPLETE)
+                return
+        if not detector.smart:
+            return  # the fixed silence ends the turn
         if self.services.turn_model is None or event.audio is None:
             detector.judged(Verdict.UNFINISHED)  # no model: the longest silence ends the turn
             return
@@ -341,6 +355,10 @@ class Session(ClientCommands):
             return  # the turn was reset (cleared, or turn-taking changed) meanwhile
         detector.judged(said)
         self._checks.append(check)
+
+    def _may_resume(self) -> bool:
+        """Speech that interrupted a reply may prove no turn, and the reply go on."""
+        return self.auto_respond and self.turn_config.resume_false_interruptions
 
     def _flush_on_pause(self) -> bool:
         return self._flushes and self.turn_config.clear_on_pause

@@ -10,7 +10,9 @@ far) and whoever runs the model answers with :meth:`TurnDetector.judged` before 
 window. The verdict picks the silence that ends the turn (:class:`Verdict`): complete,
 ``smart_turn_complete_ms``; likely complete, ``silence_ms``; unfinished, or not judged,
 ``smart_turn_max_silence_ms``. The model itself never runs here: its verdict is just
-another input, like the speech probability.
+another input, like the speech probability. A turn that interrupted a reply
+(:attr:`TurnDetector.check_overlap`) is asked at its first silence in either mode: a
+backchannel's words end it after ``smart_turn_complete_ms``, so the reply goes on sooner.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ class TurnDetector:
             Verdict.UNFINISHED: self._silence,
         }
         self._ends_at: int | None = None  # windows of silence this silence's verdict allows
+        # This turn interrupted a reply: its first silence is checked too, whatever ends
+        # turns (the words may show it was only a backchannel: the session's _judge).
+        self.check_overlap = False
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
         self._prefix: deque[np.ndarray] = deque(maxlen=pad + self._min_speech)
@@ -96,6 +101,11 @@ class TurnDetector:
         self._start_sample = 0
         self._last_speech_end = 0
         self.samples = 0  # windows seen x window size: the detector's clock
+
+    @property
+    def smart(self) -> bool:
+        """The turn model picks the silence that ends a turn (``end_of_turn: smart_turn``)."""
+        return self._smart
 
     @property
     def in_speech(self) -> bool:
@@ -136,7 +146,7 @@ class TurnDetector:
         ends_at = self._ends_at or self._silence
         if self._silence_run >= ends_at or len(self._turn) >= self._max_windows:
             return self._end_turn()
-        if self._smart and self._silence_run == self._check:
+        if (self._smart or self.check_overlap) and self._silence_run == self._check:
             return TurnEvent(
                 TurnEventKind.END_CANDIDATE,
                 self._last_speech_end,
@@ -169,6 +179,7 @@ class TurnDetector:
         self._silence_run = 0
         self._ends_at = None
         self._turn = []
+        self.check_overlap = False
         return event
 
     def as_ended(self, audio: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The verdict on a silence that may end the turn (``end_of_turn: smart_turn``).
+"""The verdict on a silence that may end the turn (``end_of_turn: smart_turn``, or a turn
+that interrupted a reply).
 
 The session drives one :class:`TurnJudge` per call. At each check it runs the turn model
 and, beside it, transcribes the turn so far; then it checks the model's verdict against
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from voxpipe.config import TurnConfig
+from voxpipe.conversation.overlap_words import no_turn
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.turn_detector import TurnEvent, Verdict
 from voxpipe.conversation.turn_words import ends_unfinished, verdict
@@ -68,7 +70,6 @@ class TurnJudge:
         caller's words."""
         model = self.services.turn_model
         assert model is not None and event.audio is not None
-        self._checked = None
         clock = JobClock()
         by_words = bool(cfg.unfinished_words or cfg.llm_turn_end_threshold)
         jobs: list[Awaitable[Any]] = [model.probability_complete(event.audio, clock)]
@@ -103,6 +104,23 @@ class TurnJudge:
             self.counts["turn_ended_by_words"] += 1
         return said, check
 
+    async def overlap(
+        self, event: TurnEvent, stt_audio: np.ndarray, cfg: TurnConfig, over: str
+    ) -> tuple[bool, dict[str, Any]]:
+        """Whether the speech of ``event`` (an ``END_CANDIDATE`` of a turn that interrupted
+        a reply that said ``over``) is, so far, no turn (:func:`no_turn`), and its record.
+        False when the words do not come in time: the turn then ends as any other."""
+        check: dict[str, Any] = {"overlap": True}
+        try:
+            heard = await asyncio.wait_for(self._transcribe(event, stt_audio), WORDS_WAIT_S)
+        except Exception as error:  # an STT queue full, a timeout: the silence decides
+            return False, {**check, "words_error": type(error).__name__}
+        check["words"] = heard.text.strip()
+        said = no_turn(heard.text, over, cfg.backchannel_phrases, cfg.backchannel_max_words)
+        if said:
+            self.counts["overlaps_ended_by_words"] += 1
+        return said, {**check, "no_turn": said}
+
     def transcript_of(self, start: int, last_speech: int) -> Transcription | None:
         """The last check's transcript, if it was made of this very turn (no speech since)."""
         checked = self._checked
@@ -115,6 +133,8 @@ class TurnJudge:
         self._checked = None
 
     async def _transcribe(self, event: TurnEvent, audio: np.ndarray) -> Transcription:
+        if (made := self.transcript_of(event.start, event.sample)) is not None:
+            return made  # the overlap's check transcribed this very turn
         heard = await self.services.stt.transcribe(audio, JobClock())
         self._checked = CheckedWords(event.start, event.sample, heard)
         return heard

@@ -4,6 +4,7 @@ holds one answer and no turn of the caller's. A real interruption stays a turn."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tests.unit.conversation.harness import Call, silence, speech
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
 from voxpipe.config.turn import BACKCHANNEL_PHRASES
+from voxpipe.conversation.events import SpeechStopped
 from voxpipe.conversation.overlap_words import is_acknowledgement, resume_at, unheard
 
 
@@ -138,3 +140,32 @@ async def test_two_backchannels_keep_one_answer(make_call: Callable[..., Call]) 
     assert [role for role, _ in history] == ["user", "assistant"]
     assert history[1][1].split() == "".join(sentences(30)).split()
     assert call.session.counts["false_interruptions"] == 2
+
+
+@pytest.mark.parametrize(("overlap", "ends_early"), [("Okay.", True), ("Wait, Friday.", False)])
+async def test_an_acknowledgement_ends_its_turn_at_the_first_silence_check(
+    make_call: Callable[..., Call], overlap: str, ends_early: bool
+) -> None:
+    """With the fixed silence (500 ms, 16 windows), an interrupting turn's words are read
+    at its first silence: an acknowledgement's turn ends after smart_turn_complete_ms
+    (200 ms, 6 windows), so the reply goes on sooner; other words wait the silence."""
+    llm = FakeLlm(sentences(8), ["Sure, Friday."], delay_s=0.005)
+    stt = FakeStt("tell me everything", overlap)
+    call = make_call(stt=stt, llm=llm, tts=FakeTts(delay_s=0.005))
+    await call.say()
+    await call.until(lambda: len(call.frames(1)) >= 12)
+    await call.push(speech(12))  # an interruption
+    await call.until(lambda: call.done(1) is not None)
+    await call.push(silence(8))  # 256 ms: past the verdict's 200, short of 500
+    await call.until(lambda: len(stt.calls) == 2)
+    await asyncio.sleep(0.05)
+    stopped = call.of(SpeechStopped)
+    assert len(stopped) == (2 if ends_early else 1)
+    await call.push(silence(30))
+    await call.idle()
+
+    assert len(stt.calls) == 2, "the check's transcript is the turn's"
+    assert call.session.counts["overlaps_ended_by_words"] == int(ends_early)
+    assert call.session.counts["false_interruptions"] == int(ends_early)
+    (check,) = call.session.turns[-1]["turn_model"]  # type: ignore[misc]
+    assert check == {"overlap": True, "words": overlap, "no_turn": ends_early}
