@@ -7,7 +7,9 @@ STAMP  := $(VENV)/.installed
 # chromium: the headless browser of tests/e2e/test_browser.py.
 # nginx, redis-server: the load balancer and shared session store of tests/e2e/test_cluster.py.
 # prometheus: its promtool checks and unit-tests deploy/prometheus/alerts.yml (tests/unit/test_alerts.py).
-APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server prometheus
+# baresip, sip-tester (sipp): the SIP caller and the SIP load/malformed-message tool of tests/e2e/test_sip.py.
+APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server prometheus \
+  baresip sip-tester
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
 .PHONY: run example-restaurant cluster test test-shuffled bench load lint typecheck unit e2e install sysdeps models clean
@@ -43,7 +45,8 @@ $(STAMP): pyproject.toml $(LLAMA_STAMP)
 sysdeps:
 	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null \
 	  || ! command -v chromium >/dev/null || ! command -v redis-server >/dev/null \
-	  || ! test -x /usr/sbin/nginx || ! command -v promtool >/dev/null; then \
+	  || ! test -x /usr/sbin/nginx || ! command -v promtool >/dev/null \
+	  || ! command -v baresip >/dev/null || ! command -v sipp >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(APT_PACKAGES); fi; \

@@ -279,7 +279,8 @@ class SipUserAgent:
                 flow, request, 200, extra=(("Allow", ALLOW), ("Accept", "application/sdp"))
             )
         else:
-            self._answer(flow, request, 405, extra=(("Allow", ALLOW),))
+            why = f"{request.method[:32]} is not supported"
+            self._refuse(flow, request.headers, 405, why, request, (("Allow", ALLOW),))
 
     def _invite(self, request: SipRequest, flow: Flow) -> None:
         call = self.calls.get(request.call_id)
@@ -289,15 +290,15 @@ class SipUserAgent:
             elif request.branch == call.dialog.invite.branch:  # the INVITE again
                 flow.send(call.last_response)
             else:
-                self._answer(flow, request, 482, reason="Loop Detected")
+                self._refuse(flow, request.headers, 482, "a second INVITE for a call", request)
             return
         if request.to_tag is not None:
-            self._answer(flow, request, 481)
+            self._refuse(flow, request.headers, 481, "a re-INVITE for no call", request)
             return
-        if request.headers.get("require"):
-            self._answer(
-                flow, request, 420, extra=(("Unsupported", request.headers.get("require") or ""),)
-            )
+        required = request.headers.get("require")
+        if required:  # no extension is supported (100rel, timer, ...)
+            why = f"no extension is supported: {required[:64]}"
+            self._refuse(flow, request.headers, 420, why, request, (("Unsupported", required),))
             return
         try:
             if request.content_type != "application/sdp" or not request.body:
@@ -342,7 +343,7 @@ class SipUserAgent:
         call = self.calls.get(request.call_id)
         tags = call is not None and request.to_tag == call.dialog.local_tag
         if call is None or not tags or call.state is CallState.RINGING:
-            self._answer(flow, request, 481)
+            self._refuse(flow, request.headers, 481, "a BYE for no call", request)
             return
         self._answer(flow, request, 200, call.dialog.local_tag)
         call.bye_received()
@@ -350,7 +351,7 @@ class SipUserAgent:
     def _cancel(self, request: SipRequest, flow: Flow) -> None:
         call = self.calls.get(request.call_id)
         if call is None or request.branch != call.dialog.invite.branch:
-            self._answer(flow, request, 481)
+            self._refuse(flow, request.headers, 481, "a CANCEL for no INVITE", request)
             return
         self._answer(flow, request, 200, call.dialog.local_tag)
         call.cancelled()
@@ -372,9 +373,6 @@ class SipUserAgent:
         reason: str | None = None,
         extra: tuple[tuple[str, str], ...] = (),
     ) -> None:
-        if status >= 400:
-            self._refuse(flow, request.headers, status, reason or "", request, extra)
-            return
         out = response(request.headers, status, to_tag or new_tag(), reason, self.config.user_agent)
         for name, value in extra:
             out.add(name, value)
