@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"\nvoxpipe is ready. Talk to it at {url}\n"
             f"  try:    .venv/bin/voxpipe call hello.wav --out reply.wav\n"
             f"  health: http://{config.server.host}:{config.server.port}/readyz   "
-            f"metrics: /metrics\n",
+            f"metrics: /metrics\n" + sip_line(config),
             flush=True,
         )
 
@@ -430,3 +430,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def sip_line(config: Config) -> str:
+    """Where SIP calls are answered, when the server answers them (docs/sip.md)."""
+    sip = config.sip
+    if not sip.enabled:
+        return ""
+    port = sip.port or "a free port (see the log)"
+    return f"  SIP:    {'/'.join(sip.transports)} {sip.host}:{port} (sip:agent@<this host>)\n"
