@@ -72,6 +72,7 @@ class SipPhone:
         branch: str | None = None,
         cseq: int | None = None,
         extra: str = "",
+        content_type: str = "application/sdp",
     ) -> tuple[bytes, str]:
         """A request's bytes and its branch (``cseq`` None: the next number)."""
         branch = branch or f"z9hG4bK{secrets.token_hex(6)}"
@@ -90,7 +91,7 @@ class SipPhone:
             f"Contact: <sip:caller@127.0.0.1:{self.port}>",
         ]
         if body:
-            lines.append("Content-Type: application/sdp")
+            lines.append(f"Content-Type: {content_type}")
         lines.append(f"Content-Length: {len(body)}")
         text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
         return text.encode() + body, branch

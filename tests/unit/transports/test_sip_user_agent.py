@@ -20,7 +20,7 @@ from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import quiet_config, serving
 from tests.unit.transports.sip_phone import SipPhone, free_udp_port, offer
 from voxpipe.agent import Agent
-from voxpipe.agent.call_control import end_call
+from voxpipe.agent.call_control import end_call, transfer_call_to
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
@@ -163,23 +163,83 @@ async def test_cancel_while_ringing_is_487_and_the_call_is_gone() -> None:
             phone.close()
 
 
+async def answered_and_said(phone: SipPhone) -> None:
+    """The call answered and confirmed; half a second of speech, then silence: a turn."""
+    _, server_rtp = await answered(phone)
+    phone.send("ACK", cseq=phone.cseq)
+    for seq in range(60):
+        payload = LOUD if seq < 25 else QUIET
+        phone.send_rtp(server_rtp, rtp.RtpPacket(0, seq, seq * 160, 7, payload))
+
+
 async def test_end_call_hangs_up_with_our_bye() -> None:
     agent = Agent(instructions="Hang up when asked.", tools=[end_call])
     llm = FakeLlm([called("end_call")])  # every reply (the server's warm-up's too) hangs up
     async with sip_server(agent=agent, llm=llm, heard="thanks, bye") as (where, http):
         phone = await SipPhone(where).open()
         try:
-            _, server_rtp = await answered(phone)
-            phone.send("ACK", cseq=phone.cseq)
-            for seq in range(60):
-                payload = LOUD if seq < 25 else QUIET
-                phone.send_rtp(server_rtp, rtp.RtpPacket(0, seq, seq * 160, 7, payload))
+            await answered_and_said(phone)
             bye = await phone.request_in("BYE", 20)
             assert bye.to_tag == phone.tag and bye.from_tag is not None
             phone.answer(bye)
             await until(lambda: _no_calls(http))
         finally:
             phone.close()
+
+
+@contextlib.asynccontextmanager
+async def transferring(target: str) -> AsyncIterator[tuple[SipPhone, httpx.AsyncClient, Any]]:
+    """A call whose caller asks for a person: the agent's transfer_call sends a REFER."""
+    agent = Agent(instructions="Put callers through.", tools=[transfer_call_to(target)])
+    llm = FakeLlm([called("transfer_call")])
+    async with sip_server(agent=agent, llm=llm, heard="can I talk to a person") as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            await answered_and_said(phone)
+            refer = await phone.request_in("REFER", 20)
+            yield phone, http, refer
+        finally:
+            phone.close()
+
+
+def _notify(phone: SipPhone, sipfrag: str) -> None:
+    phone.send(
+        "NOTIFY",
+        f"{sipfrag}\r\n".encode(),
+        extra="Event: refer\r\nSubscription-State: terminated;reason=noresource\r\n",
+        content_type="message/sipfrag",
+    )
+
+
+async def test_transfer_call_is_a_refer_and_the_call_ends_once_the_new_one_is_answered() -> None:
+    async with transferring("+15550100") as (phone, http, refer):
+        # A number is put through at the host the call came from (the trunk).
+        assert refer.headers.get("refer-to") == "<sip:+15550100@127.0.0.1>"
+        assert refer.to_tag == phone.tag and refer.headers.get("referred-by")
+        phone.answer(refer, 202)
+        _notify(phone, "SIP/2.0 100 Trying")
+        await phone.response(200)
+        _notify(phone, "SIP/2.0 200 OK")
+        await phone.response(200)
+        bye = await phone.request_in("BYE", 10)
+        phone.answer(bye)
+        await until(lambda: _no_calls(http))
+        assert await metric(http, 'voxpipe_errors_total{code="transfer_failed"}') == 0
+
+
+async def test_a_refused_transfer_leaves_the_call_up() -> None:
+    async with transferring("sip:desk@192.0.2.9") as (phone, http, refer):
+        assert refer.headers.get("refer-to") == "<sip:desk@192.0.2.9>"
+        phone.answer(refer, 603)
+        await until(lambda: _errors(http, "transfer_failed"))
+        assert await calls(http) == 1  # still up: the caller hangs up
+        phone.send("BYE")
+        await phone.response(200)
+        await until(lambda: _no_calls(http))
+
+
+async def _errors(http: httpx.AsyncClient, code: str) -> bool:
+    return await metric(http, f'voxpipe_errors_total{{code="{code}"}}') == 1
 
 
 async def test_an_idle_call_is_ended_with_our_bye_re_sent_until_answered() -> None:

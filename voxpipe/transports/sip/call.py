@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 from collections.abc import Callable
 
@@ -37,7 +38,7 @@ from voxpipe.conversation.session import Session
 from voxpipe.transports.call import Call, Rates, SessionSinks
 from voxpipe.transports.sip.dialog import NEXT, CallState, Dialog
 from voxpipe.transports.sip.media import RtpMedia
-from voxpipe.transports.sip.message import SipResponse, response, uri_of
+from voxpipe.transports.sip.message import SipResponse, host_port, response, uri_of
 from voxpipe.transports.sip.sdp import RATE, Negotiated
 
 log = logging.getLogger("voxpipe.sip")
@@ -46,6 +47,29 @@ T1_S = 0.5  # RFC 3261's round-trip estimate: the first re-send of a 200 OK or a
 T2_S = 4.0  # the longest gap between re-sends
 BYE_TIMEOUT_S = 4.0  # how long our BYE waits for its answer before the call is over anyway
 DIGITS = 32  # key presses waiting for the session; more are dropped
+REFER_TIMEOUT_S = 8.0  # how long our REFER waits for its answer
+TRANSFER_TIMEOUT_S = 30.0  # how long a transfer waits for the new call to be answered
+ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"
+_SIPFRAG = re.compile(r"^SIP/2\.0 ([1-6][0-9]{2})\b")
+
+
+class TransferFailed(Exception):
+    """The REFER was refused, or the call it asked for failed."""
+
+
+def refer_uri(target: str, remote: str) -> str:
+    """Where a REFER sends the caller: ``target`` as it is if it is a URI (``sip:``,
+    ``sips:``, ``tel:``), else a number at the host the call came from (the trunk)."""
+    if re.match(r"^(sips?|tel):", target):
+        return target
+    where = host_port(remote)
+    host = where[0] if where else "invalid"
+    return f"sip:{target}@{f'[{host}]' if ':' in host else host}"
+
+
+def _sipfrag_status(body: bytes) -> int | None:
+    match = _SIPFRAG.match(body.decode("utf-8", "replace").strip())
+    return int(match[1]) if match else None
 
 
 class SipCall:
@@ -77,11 +101,14 @@ class SipCall:
         self._forget = forget
         self._acked = asyncio.Event()
         self._over = asyncio.Event()
-        self._bye_answered = asyncio.Event()
         self._digits: asyncio.Queue[str] = asyncio.Queue(DIGITS)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._bye: asyncio.Task[None] | None = None  # re-sends our BYE over UDP
-        self._bye_sent = False
+        self._answered: dict[int, asyncio.Event] = {}  # our requests, by CSeq: answered
+        self._statuses: dict[int, int] = {}  # their final answers' status
+        self._resends: set[asyncio.Task[None]] = set()  # our requests re-sent over UDP
+        self._bye_answered: asyncio.Event | None = None
+        self._transferred = asyncio.Event()  # a NOTIFY said how the REFER's call went
+        self._transfer_status = 0
 
     @property
     def call_id(self) -> str:
@@ -114,7 +141,7 @@ class SipCall:
         if status < 300 and status > 100:
             out.add("Contact", self.dialog.contact())
         if status == 200:
-            out.add("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS")
+            out.add("Allow", ALLOW)
             out.body, out.content_type = body, "application/sdp"
         data = out.encode()
         self.last_response = data
@@ -135,10 +162,20 @@ class SipCall:
         self._set_state(CallState.TERMINATED, "(BYE: the caller hung up)")
 
     def response_received(self, message: SipResponse) -> None:
-        """An answer to our BYE (or REFER): a final one ends the wait."""
+        """An answer to our BYE or REFER: a final one ends its wait."""
         cseq = message.cseq
-        if cseq is not None and cseq.method == "BYE" and message.status >= 200:
-            self._bye_answered.set()
+        answered = self._answered.get(cseq.number) if cseq is not None else None
+        if cseq is not None and answered is not None and message.status >= 200:
+            self._statuses.setdefault(cseq.number, message.status)
+            answered.set()
+
+    def notified(self, body: bytes) -> None:
+        """A NOTIFY of our REFER's progress (RFC 3515): its body is the new call's status
+        line (``SIP/2.0 200 OK``); a final one ends the transfer's wait."""
+        status = _sipfrag_status(body)
+        if status is not None and status >= 200 and not self._transferred.is_set():
+            self._transfer_status = status
+            self._transferred.set()
 
     # -- the call's life --------------------------------------------------------
 
@@ -207,13 +244,48 @@ class SipCall:
             self._send_bye()
 
     def _send_bye(self) -> None:
-        data = self.dialog.request("BYE", self.config.user_agent).encode()
+        self._bye_answered = self._send_request("BYE")
+
+    def _send_request(self, method: str, *headers: tuple[str, str]) -> asyncio.Event:
+        """One of our in-dialog requests, re-sent over UDP until answered; the event is set
+        by its final answer (whose status is then in ``_statuses``)."""
+        out = self.dialog.request(method, self.config.user_agent)
+        for name, value in headers:
+            out.add(name, value)
+        answered = self._answered[self.dialog.cseq] = asyncio.Event()
+        data = out.encode()
         self.dialog.flow.send(data)
         if not self.dialog.flow.reliable:
-            self._bye = asyncio.get_running_loop().create_task(
-                self._resend_until(self._bye_answered, data), name=f"sip-bye-{self.call.id}"
+            task = asyncio.get_running_loop().create_task(
+                self._resend_until(answered, data), name=f"sip-{method}-{self.call.id}"
             )
-        self._bye_sent = True
+            self._resends.add(task)
+            task.add_done_callback(self._resends.discard)
+        return answered
+
+    async def _transfer(self, target: str) -> None:
+        """Blind transfer by REFER (RFC 3515): the caller's side is asked to call ``target``;
+        once its NOTIFY says that call was answered, we hang up. A refusal, a failed call or
+        no word in time: the call goes on here, the error counted and logged."""
+        refer_to = refer_uri(target, self.dialog.remote_target)
+        answered = self._send_request(
+            "REFER", ("Refer-To", f"<{refer_to}>"), ("Referred-By", self.dialog.contact())
+        )
+        cseq = self.dialog.cseq
+        try:
+            await asyncio.wait_for(answered.wait(), REFER_TIMEOUT_S)
+            if self._statuses[cseq] >= 300:
+                raise TransferFailed(f"the REFER was answered {self._statuses[cseq]}")
+            await asyncio.wait_for(self._transferred.wait(), TRANSFER_TIMEOUT_S)
+            if self._transfer_status >= 300:
+                raise TransferFailed(f"the new call failed: {self._transfer_status}")
+        except (TimeoutError, TransferFailed) as exc:
+            why = str(exc) or "no answer in time"
+            self.metrics.errors.labels(ErrorCode.TRANSFER_FAILED).inc()
+            log.error("sip call %s: the transfer to %s failed: %s", self.call_id, refer_to, why)
+            return
+        log.info("sip call %s: transferred to %s", self.call_id, refer_to)
+        self._hang_up_ours(f"(transferred to {refer_to})")
 
     async def _close(self) -> None:
         """Everything this call started stops; a dialog still up is ended with our BYE."""
@@ -231,13 +303,14 @@ class SipCall:
             if self.session is not None:
                 await hang_up(self.session)
             await self.media.close()
-            if self._bye_sent:
+            if self._bye_answered is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._bye_answered.wait(), BYE_TIMEOUT_S)
         finally:
-            if self._bye is not None:
-                self._bye.cancel()
-                await asyncio.gather(self._bye, return_exceptions=True)
+            resends = list(self._resends)
+            for task in resends:
+                task.cancel()
+            await asyncio.gather(*resends, return_exceptions=True)
             self._forget(self)
             log.info(
                 "sip call %s ended %s: %d RTP packets in",
@@ -290,17 +363,13 @@ class SipCall:
         elif isinstance(event, CallEnded):  # the goodbye has gone out: hang up
             log.info("sip call %s: %s", self.call_id, event.reason)
             self._hang_up_ours(f"(end_call: {event.reason})")
-        elif isinstance(event, CallTransfer):
-            self.metrics.errors.labels(ErrorCode.TRANSFER_FAILED).inc()
-            log.error("sip call %s: transfer to %s: not supported over SIP", *self._who(event))
+        elif isinstance(event, CallTransfer):  # what the agent said first has been sent
+            self._spawn(self._transfer(event.target), "transfer")
         elif isinstance(event, AudioDropped):
             self.metrics.errors.labels(event.code).inc()
         elif isinstance(event, ErrorEvent):
             self.metrics.errors.labels(event.code).inc()
             log.warning("sip call %s: %s: %s", self.call_id, event.code, event.message)
-
-    def _who(self, event: CallTransfer) -> tuple[str, str]:
-        return self.call_id, event.target
 
     async def send_audio(self, frame: AudioOut) -> None:
         self.media.reply.push(frame.seq, frame.pcm)

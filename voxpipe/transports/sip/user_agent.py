@@ -10,7 +10,8 @@ Requests, once parsed and checked (:mod:`message`):
   INVITE inside a call (a re-INVITE: a refresh or a hold) gets our answer again;
 - ACK confirms the call (never answered); BYE ends it (200, or 481 for no such call);
   CANCEL ends a ringing call (200 to it, 487 to the INVITE) or, answered already, changes
-  nothing; OPTIONS is 200 (a trunk's keep-alive); other methods 405 with Allow;
+  nothing; NOTIFY in a call (how the call our REFER asked for went) is 200; OPTIONS is 200
+  (a trunk's keep-alive); other methods 405 with Allow;
 - a request that repeats one answered in the last :data:`RECENT_S` seconds (a re-sent BYE
   whose 200 was lost) gets the same answer again (:class:`RecentAnswers`).
 
@@ -41,7 +42,7 @@ from voxpipe.config import SipConfig
 from voxpipe.observability.metrics import Metrics
 from voxpipe.transports.call import Call, CallEnd
 from voxpipe.transports.sip import sdp
-from voxpipe.transports.sip.call import SipCall
+from voxpipe.transports.sip.call import ALLOW, SipCall
 from voxpipe.transports.sip.dialog import CallState, Dialog, Flow
 from voxpipe.transports.sip.media import bind_rtp
 from voxpipe.transports.sip.message import (
@@ -56,7 +57,6 @@ from voxpipe.transports.sip.message import (
 
 log = logging.getLogger("voxpipe.sip")
 
-ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS"
 RECENT_S = 32.0  # how long an answer is kept for a re-sent request (64 x T1)
 RECENT_MAX = 1024
 LOGGED_REFUSALS = 50  # refusals logged since start; later ones only counted
@@ -274,6 +274,8 @@ class SipUserAgent:
             self._bye(request, flow)
         elif request.method == "CANCEL":
             self._cancel(request, flow)
+        elif request.method == "NOTIFY":
+            self._notify(request, flow)
         elif request.method == "OPTIONS":
             self._answer(
                 flow, request, 200, extra=(("Allow", ALLOW), ("Accept", "application/sdp"))
@@ -347,6 +349,15 @@ class SipUserAgent:
             return
         self._answer(flow, request, 200, call.dialog.local_tag)
         call.bye_received()
+
+    def _notify(self, request: SipRequest, flow: Flow) -> None:
+        """A NOTIFY in a call: how the call our REFER asked for is going."""
+        call = self.calls.get(request.call_id)
+        if call is None or request.to_tag != call.dialog.local_tag:
+            self._refuse(flow, request.headers, 481, "a NOTIFY for no call", request)
+            return
+        self._answer(flow, request, 200, call.dialog.local_tag)
+        call.notified(request.body)
 
     def _cancel(self, request: SipRequest, flow: Flow) -> None:
         call = self.calls.get(request.call_id)
