@@ -140,8 +140,6 @@ class Reply:
         self._audio: ReplyAudio | None = None  # its voice, once it speaks (a pause flushes it)
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
         self._held_events: list[Event] = []
-        self._filler_queued = False
-        self._synthesizing = self._holding_frame = False  # audio on its way to the client
         self._words_before = 0  # words said before a tool call: its message keeps them
         self._tools_closed = False  # the next request is offered no tools
         self._decided = asyncio.Event()  # a held reply was confirmed or thrown away
