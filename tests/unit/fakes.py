@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -18,7 +18,9 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     Engines,
+    LlmEngine,
     LlmOutput,
+    LlmRequest,
     LlmUsage,
     ToolSpec,
     Transcription,
@@ -81,7 +83,7 @@ class FakeStt:
         pass
 
 
-class FakeLlm:
+class FakeLlm(LlmEngine):
     """Streams scripted replies (one list of deltas per call; the last one repeats).
 
     Sleeps ``delay_s`` before each delta and stops as soon as ``cancel`` is set, as a real
@@ -115,22 +117,16 @@ class FakeLlm:
         self.trace_headers: list[dict[str, str]] = []  # what each request carried
         self.running = 0
 
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[LlmOutput]:
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
         """A scripted reply may hold tool calls too (any :data:`LlmOutput` item): they are
         yielded only when tools are offered, as a real engine can call none otherwise."""
-        self.tools.append(list(tools or ()))
+        session_id, messages, cancel, usage = (
+            request.session_id, request.messages, request.cancel, request.usage,
+        )  # fmt: skip
+        tools, tool_choice = request.tools, request.tool_choice
+        self.tools.append(list(tools))
         self.tool_choices.append(tool_choice)
-        self.trace_headers.append(dict(trace_headers or {}))
+        self.trace_headers.append(dict(request.trace_headers or {}))
         if session_id.endswith("#summary"):
             self.summary_calls.append(list(messages))
             script, delay_s, yielded = self.summary, self.summary_delay_s, self.summary_yielded

@@ -292,7 +292,35 @@ class TurnJudgingLlm(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class LlmRequest:
+    """One request to an LLM, as every engine gets it (:meth:`LlmEngine.generate`): the one
+    place the stream call's parameters are declared.
+
+    With ``tools`` the model may call one instead of answering: the stream then yields
+    :class:`ToolCallDelta` pieces (where the engine can) and one :class:`ToolCallRequest`
+    per call. Without tools it yields ``str`` only. ``tool_choice``: "auto" (the model
+    decides), "none" (the tools stay in the prompt, so its cached prefix holds, but the
+    model answers in words), "required" (it calls one) or a tool's name (it calls that one).
+    ``trace_headers`` (W3C ``traceparent``) make a remote request part of the turn's trace;
+    an engine in this process ignores them. ``urgency`` is read by a batching engine
+    (:class:`BatchingLlm`); the others ignore it.
+    """
+
+    session_id: str
+    messages: Sequence[ChatMessage]
+    cancel: CancelToken
+    usage: LlmUsage
+    tools: tuple[ToolSpec, ...] = ()  # none offered: the reply is words only
+    tool_choice: str = "auto"
+    trace_headers: Mapping[str, str] | None = None
+    urgency: Urgency | None = None
+
+
 class LlmEngine(Protocol):
+    """An LLM. An engine subclasses this protocol for its :meth:`stream`, and implements
+    :meth:`generate`, :meth:`prefill`, :meth:`forget` and :meth:`warmup`."""
+
     name: str
 
     @overload
@@ -306,6 +334,7 @@ class LlmEngine(Protocol):
         tools: None = None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> Iterator[str]: ...
 
     @overload
@@ -319,6 +348,7 @@ class LlmEngine(Protocol):
         tools: Sequence[ToolSpec] | None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> Iterator[LlmOutput]: ...
 
     def stream(
@@ -331,18 +361,18 @@ class LlmEngine(Protocol):
         tools: Sequence[ToolSpec] | None = None,
         tool_choice: str = "auto",
         trace_headers: Mapping[str, str] | None = None,
+        urgency: Urgency | None = None,
     ) -> Iterator[LlmOutput]:
-        """Yield text deltas of the assistant reply; stop early once ``cancel`` is set.
+        """Yield the assistant reply's text deltas (and, with ``tools``, its tool calls);
+        stop early once ``cancel`` is set. The parameters are :class:`LlmRequest`'s."""
+        request = LlmRequest(
+            session_id, messages, cancel, usage, tuple(tools or ()), tool_choice, trace_headers,
+            urgency,
+        )  # fmt: skip
+        return self.generate(request)
 
-        With ``tools`` the model may call one instead of answering: the stream then yields
-        :class:`ToolCallDelta` pieces (where the engine can) and one :class:`ToolCallRequest`
-        per call. Without tools it yields ``str`` only, exactly as it always has.
-        ``tool_choice``: "auto" (the model decides), "none" (the tools stay in the prompt,
-        so its cached prefix holds, but the model answers in words), "required" (it calls
-        one) or a tool's name (it calls that one).
-        ``trace_headers`` (W3C ``traceparent``) make a remote request part of the turn's
-        trace; an engine in this process ignores them.
-        """
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
+        """What :meth:`stream` returns: ``str`` items only when no tools are offered."""
         ...
 
     def prefill(

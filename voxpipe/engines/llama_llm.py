@@ -36,9 +36,9 @@ import contextlib
 import ctypes
 import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
@@ -46,11 +46,12 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     EngineError,
+    LlmEngine,
     LlmOutput,
+    LlmRequest,
     LlmUsage,
     PromptTooLong,
     ToolSpec,
-    Urgency,
 )
 from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
 from voxpipe.engines.llama_batch import BatchedLlama, ComputeTurns
@@ -85,7 +86,7 @@ WARMUP_SENTENCE = (
 )
 
 
-class LlamaLlm:
+class LlamaLlm(LlmEngine):
     def __init__(
         self,
         model_path: Path,
@@ -435,63 +436,14 @@ class LlamaLlm:
             self._prefill(tokens, 0, cancel, usage)
         return usage
 
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> Iterator[str]: ...
-
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: Sequence[ToolSpec] | None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> Iterator[LlmOutput]: ...
-
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> Iterator[LlmOutput]:
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
         """A reply in words goes into the batch with every other call's; one with tools
         offered runs alone on the tools' context (its grammar and router need the model's
         logits to themselves)."""
-        if tools:
-            return self._stream_tools(
-                session_id, messages, cancel, usage, tuple(tools), tool_choice
-            )
-        return self._stream_text(session_id, messages, cancel, usage, urgency)
+        return self._stream_tools(request) if request.tools else self._stream_text(request)
 
-    def _stream_text(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        urgency: Urgency | None,
-    ) -> Iterator[str]:
+    def _stream_text(self, request: LlmRequest) -> Iterator[str]:
+        messages, usage = request.messages, request.usage
         tokens, dropped = self.prompt_tokens(messages, usage=usage)
         usage.extra["dropped_messages"] = dropped
         rules = ReplyRules(
@@ -499,8 +451,8 @@ class LlamaLlm:
             self._tools.call_starts(),
         )  # fmt: skip
         yield from self.batch.stream(
-            session_id, tokens, cancel, usage, urgency=urgency, max_tokens=self.max_tokens,
-            rules=rules,
+            request.session_id, tokens, request.cancel, usage, urgency=request.urgency,
+            max_tokens=self.max_tokens, rules=rules,
         )  # fmt: skip
 
     def _caller_words(self, messages: Sequence[ChatMessage]) -> list[int]:
@@ -560,15 +512,11 @@ class LlamaLlm:
 
     # -- tool calls -----------------------------------------------------------
 
-    def _stream_tools(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        tools: tuple[ToolSpec, ...],
-        tool_choice: str = "auto",
-    ) -> Iterator[LlmOutput]:
+    def _stream_tools(self, request: LlmRequest) -> Iterator[LlmOutput]:
+        session_id, messages, cancel, usage = (
+            request.session_id, request.messages, request.cancel, request.usage,
+        )  # fmt: skip
+        tools, tool_choice = request.tools, request.tool_choice
         self._refuse_tools()
         with self._turns.exclusive():
             usage.state_restored = self._take_context(session_id)

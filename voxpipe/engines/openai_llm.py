@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any
 
 import httpx
 
@@ -32,7 +32,9 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     EngineError,
+    LlmEngine,
     LlmOutput,
+    LlmRequest,
     LlmUsage,
     ToolSpec,
 )
@@ -43,7 +45,7 @@ MAX_RETRY_WAIT_S = 1.0  # a voice turn cannot wait long for a busy server
 WARMUP_SESSION = "__warmup__"
 
 
-class OpenAiCompatibleLlm:
+class OpenAiCompatibleLlm(LlmEngine):
     def __init__(
         self,
         remote: RemoteLlmConfig,
@@ -139,57 +141,11 @@ class OpenAiCompatibleLlm:
         if self._on_refusal is not None:
             self._on_refusal(reason)
 
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[str]: ...
-
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: Sequence[ToolSpec] | None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[LlmOutput]: ...
-
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-    ) -> Iterator[LlmOutput]:
-        return self._stream(
-            session_id, messages, cancel, usage, tuple(tools or ()), trace_headers, tool_choice
-        )
-
-    def _stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        tools: tuple[ToolSpec, ...],
-        trace_headers: Mapping[str, str] | None,
-        tool_choice: str = "auto",
-    ) -> Iterator[LlmOutput]:
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
+        session_id, messages, cancel, usage = (
+            request.session_id, request.messages, request.cancel, request.usage,
+        )  # fmt: skip
+        tools = request.tools
         started = time.monotonic()
         body = self._body(
             session_id,
@@ -197,9 +153,9 @@ class OpenAiCompatibleLlm:
             max_tokens=self.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
-            **_offered(tools, tool_choice),
+            **_offered(tools, request.tool_choice),
         )
-        response = self._open(body, session_id, cancel, usage, trace_headers)
+        response = self._open(body, session_id, cancel, usage, request.trace_headers)
         if response is None:
             usage.finish_reason = "cancelled"
             return
