@@ -112,10 +112,6 @@ class DropReports:
         self.total_ms += ms
         return opens
 
-    @property
-    def pending_ms(self) -> float:
-        return self._pending_ms
-
     def due_at(self) -> float | None:
         """When the drops not told yet may be told; None if there are none."""
         return self._last_notice + self.interval_s if self._pending_ms > 0 else None

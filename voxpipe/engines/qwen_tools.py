@@ -12,9 +12,8 @@ The grammar, the steps and the scanner below serve every family: they take its k
 What the model writes after ``<tool_call>`` is constrained by llama.cpp grammars built with
 llama.cpp's own JSON-schema converter: the name is one of the tools' (:func:`name_grammar`),
 each argument valid for its schema, and the JSON around them written by the engine
-(:func:`call_steps`), so a call always parses. :func:`call_grammar` is the whole call's
-grammar, one rule per tool, which the steps follow piece by piece. The engine writes
-:data:`CALL_PREFIX` itself. Whether the
+(:func:`call_steps`, each value under its own :func:`value_grammar`), so a call always
+parses. The engine writes :data:`CALL_PREFIX` itself. Whether the
 model calls at all is decided before the grammar starts (see ``llama_llm.py``), so a plain
 answer streams with no grammar and no extra latency.
 """
@@ -43,7 +42,6 @@ CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
 CALL_PREFIX = '\n{"name": "'  # what follows <tool_call>, up to the name: written, not sampled
 NAME_TO_ARGUMENTS = '", "arguments": '
-CALL_SUFFIX = "}\n" + CALL_CLOSE
 
 
 MARKUP = (CALL_OPEN, CALL_CLOSE, "<tool_response>", "</tool_response>")
@@ -92,23 +90,6 @@ def _literal(text: str) -> str:
     return _tojson(text)  # a JSON string is a valid GBNF literal (same escapes)
 
 
-def call_grammar(tools: Sequence[ToolSpec]) -> str:
-    """GBNF for what follows :data:`CALL_PREFIX`: ``NAME", "arguments": ARGS}`` then
-    ``\\n</tool_call>``, with ARGS valid for NAME's parameter schema."""
-    if not tools:
-        raise ValueError("a tool-call grammar needs at least one tool")
-    from llama_cpp.llama_grammar import SchemaConverter
-
-    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-    choices = []
-    for tool in tools:
-        schema = converter.resolve_refs(dict(tool.parameters), tool.name)
-        rule = converter.visit(schema, f"{tool.name}-arguments")
-        choices.append(f"{_literal(tool.name + NAME_TO_ARGUMENTS)} {rule}")
-    root = f"root ::= ( {' | '.join(choices)} ) {_literal(CALL_SUFFIX)}"
-    return converter.format_grammar() + "\n" + root + "\n"
-
-
 @dataclass(frozen=True)
 class CallStep:
     """Fixed text the engine writes (evaluated in one batch, never sampled), then a value
@@ -126,7 +107,7 @@ def call_steps(tool: ToolSpec, name_to_arguments: str = NAME_TO_ARGUMENTS) -> tu
     much as ten evaluated in one batch on a CPU). Each value's grammar ends with the
     character the model writes after it, ``,`` or ``}``, so the model says where the value
     ends. An object with optional or unusual properties is sampled whole, under its own
-    grammar (:func:`call_grammar`'s rule for it)."""
+    grammar (:func:`value_grammar`)."""
     schema = dict(tool.parameters)
     properties: dict[str, Any] = dict(schema.get("properties") or {})
     required = list(schema.get("required") or ())

@@ -18,7 +18,6 @@ from voxpipe.engines.qwen_tools import (
     MarkupFilter,
     ToolCallParseError,
     call_body,
-    call_grammar,
     call_steps,
     name_grammar,
     parse_call,
@@ -101,21 +100,6 @@ def test_a_call_and_its_results_are_written_as_the_template_writes_them() -> Non
     assert ours == expected
 
 
-def test_the_grammar_offers_each_tool_with_its_own_arguments() -> None:
-    grammar = call_grammar([BOOK, HOURS])
-    root = next(line for line in grammar.splitlines() if line.startswith("root ::= "))
-    assert '"book_table\\", \\"arguments\\": " book-table-arguments' in root
-    assert '"opening_hours\\", \\"arguments\\": " opening-hours-arguments' in root
-    assert root.endswith('"}\\n</tool_call>"')
-    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
-    # every required property, in order, and nothing else
-    book = rules["book-table-arguments"]
-    assert book.index("name-kv") < book.index("time-kv") < book.index("party-size-kv")
-    assert "additional" not in grammar
-    assert rules["book-table-arguments-party-size-kv"].endswith("integer")
-    assert '"\\"monday\\""' in rules["opening-hours-arguments-day"]
-
-
 def test_a_call_is_fixed_text_between_the_values_the_model_samples() -> None:
     """Keys, quotes and commas come from the schema (evaluated in one batch, not sampled);
     each value's grammar ends on the character after it, so the model says where it ends."""
@@ -170,17 +154,12 @@ def test_the_grammars_are_ones_llama_cpp_accepts() -> None:
     if not path.is_file():
         pytest.skip("the embedded model is not assembled")
     vocab = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)._model.vocab
-    grammars = [call_grammar([BOOK, HOURS]), name_grammar([BOOK, HOURS])]
+    grammars = [name_grammar([BOOK, HOURS])]
     grammars += [s.grammar for t in (BOOK, HOURS) for s in call_steps(t) if s.grammar]
     for grammar in grammars:
         sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
         assert sampler, grammar
         llama_cpp.llama_sampler_free(sampler)
-
-
-def test_a_grammar_needs_a_tool() -> None:
-    with pytest.raises(ValueError):
-        call_grammar([])
 
 
 WRITTEN = (

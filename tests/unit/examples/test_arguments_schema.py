@@ -13,7 +13,7 @@ from normalize import MONTHS, WEEKDAYS, parse_date, parse_time
 
 from tests.unit.examples.conftest import RESTAURANT
 from voxpipe.agent import load_agent
-from voxpipe.engines.qwen_tools import call_grammar
+from voxpipe.engines.qwen_tools import call_steps
 
 
 @pytest.mark.parametrize(
@@ -57,10 +57,13 @@ def test_every_day_word_the_pattern_admits_is_read(restaurant_today: dt.date) ->
         assert parse_date(word) >= restaurant_today, word
 
 
-def test_the_tools_grammar_is_one_llama_cpp_accepts() -> None:
-    """The patterns become GBNF (``call_grammar``), which llama.cpp must be able to parse."""
+def test_the_tools_grammars_are_ones_llama_cpp_accepts() -> None:
+    """The patterns become GBNF (the grammars of ``call_steps``), which llama.cpp must be
+    able to parse."""
     llama_grammar = pytest.importorskip("llama_cpp.llama_grammar")
     tools = load_agent(f"{RESTAURANT / 'agent.py'}:agent").python_tools
-    grammar = call_grammar([tool.spec for tool in tools])
-    assert '[Ff] "rida" "y"' in grammar and '" "? ("p" "m" | "P" "M")' in grammar
-    assert llama_grammar.LlamaGrammar.from_string(grammar, verbose=False)
+    grammars = [s.grammar for tool in tools for s in call_steps(tool.spec) if s.grammar]
+    written = "\n".join(grammars)
+    assert '[Ff] "rida" "y"' in written and '" "? ("p" "m" | "P" "M")' in written
+    for grammar in grammars:
+        assert llama_grammar.LlamaGrammar.from_string(grammar, verbose=False)
