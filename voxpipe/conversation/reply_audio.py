@@ -56,7 +56,7 @@ class Phrase:
     text: str
 
 
-class Speaker(Protocol):
+class VoicedReply(Protocol):
     """What the audio writes back into its reply, for the session to read."""
 
     @property
@@ -74,7 +74,7 @@ class ReplyAudio:
 
     def __init__(
         self,
-        reply: Speaker,
+        reply: VoicedReply,
         services: Services,
         stages: StageTimer,
         cancel: CancelToken,

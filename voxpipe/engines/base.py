@@ -102,7 +102,7 @@ MessageRole = Literal["system", "user", "assistant", "tool"]
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-def new_call_id() -> str:
+def new_tool_call_id() -> str:
     """An id for a tool call the embedded model made (remote servers send their own)."""
     return f"call_{uuid.uuid4().hex}"
 

@@ -30,7 +30,7 @@ from voxpipe.engines.base import (
     ToolCallDelta,
     ToolCallRequest,
     ToolSpec,
-    new_call_id,
+    new_tool_call_id,
 )
 from voxpipe.engines.llama_state import common_prefix
 from voxpipe.engines.qwen_tools import (
@@ -178,7 +178,7 @@ class LlamaToolCalls:
         family = self.family
         if family is None:
             raise ValueError("a model with no tool family was asked to call")
-        call_id = new_call_id()
+        call_id = new_tool_call_id()
         scanner = ArgumentsScanner(family.call_prefix, family.arguments_marker)
         scanner.push(family.call_prefix)
         writer = _Writer(self, scanner, cancel, usage)

@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from voxpipe.engines.base import ChatMessage, ToolCallDelta, ToolCallRequest, ToolSpec, new_call_id
+from voxpipe.engines.base import (
+    ChatMessage,
+    ToolCallDelta,
+    ToolCallRequest,
+    ToolSpec,
+    new_tool_call_id,
+)
 
 
 def openai_message(message: ChatMessage) -> dict[str, Any]:
@@ -62,7 +68,7 @@ class ToolCallAssembler:
             if isinstance(pieces, dict):  # a server that sends the arguments parsed
                 pieces = json.dumps(pieces)
             if pieces:
-                part.call_id = part.call_id or new_call_id()
+                part.call_id = part.call_id or new_tool_call_id()
                 part.arguments.append(str(pieces))
                 deltas.append(ToolCallDelta(part.call_id, part.name, str(pieces)))
         return deltas
@@ -87,6 +93,6 @@ class ToolCallAssembler:
                 error = f"no tool is called {part.name!r}"
             elif not error and (missing := tool.missing_arguments(arguments)):
                 error = f"missing arguments {', '.join(missing)}"
-            call_id = part.call_id or new_call_id()
+            call_id = part.call_id or new_tool_call_id()
             calls.append(ToolCallRequest(call_id, part.name, arguments, text, error))
         return calls

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voxpipe.engines.base import ToolCallRequest, ToolSpec, new_call_id
+from voxpipe.engines.base import ToolCallRequest, ToolSpec, new_tool_call_id
 from voxpipe.engines.tool_family import ToolFamily, native_chat
 
 DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -260,7 +260,7 @@ def parse_call(
     if missing:
         raise ToolCallParseError(f"{tool.name}: missing arguments {', '.join(missing)}")
     raw = _arguments_text(body, arguments, family.arguments_marker)
-    return ToolCallRequest(call_id or new_call_id(), tool.name, arguments, raw)
+    return ToolCallRequest(call_id or new_tool_call_id(), tool.name, arguments, raw)
 
 
 def _arguments_text(body: str, arguments: Mapping[str, Any], marker: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from voxpipe.conversation.session import Session
 from voxpipe.conversation.tool_ledger import ToolRefused
-from voxpipe.engines.base import TOOL_NAME, new_call_id
+from voxpipe.engines.base import TOOL_NAME, new_tool_call_id
 from voxpipe.transports.realtime_client_events import (
     TEXT_CONTENT,
     ItemCreate,
@@ -109,7 +109,7 @@ class ItemEdits:
             raise RealtimeError(
                 "invalid_value", "arguments must be a JSON object, as a string", "item.arguments"
             )
-        call_id = spec.call_id or new_call_id()
+        call_id = spec.call_id or new_tool_call_id()
         if not self._refusing(self.session.add_tool_call, call_id, name, arguments):
             raise RealtimeError(
                 "invalid_value", f"call_id '{call_id[:64]}' is already used", "item.call_id"
