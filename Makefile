@@ -8,8 +8,9 @@ STAMP  := $(VENV)/.installed
 # nginx, redis-server: the load balancer and shared session store of tests/e2e/test_cluster.py.
 # prometheus: its promtool checks and unit-tests deploy/prometheus/alerts.yml (tests/unit/test_alerts.py).
 # baresip, sip-tester (sipp): the SIP caller and the SIP load/malformed-message tool of tests/e2e/test_sip.py.
+# kamailio: the SIP dispatcher in front of two workers of tests/e2e/test_sip_kamailio.py.
 APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server prometheus \
-  baresip sip-tester
+  baresip sip-tester kamailio
 APT_STAMP    := /usr/share/pocketsphinx/test/data/librivox/fileids
 
 .PHONY: run example-restaurant cluster test test-shuffled bench load lint typecheck unit e2e install sysdeps models clean
@@ -46,7 +47,8 @@ sysdeps:
 	@if [ ! -e $(APT_STAMP) ] || ! command -v espeak-ng >/dev/null \
 	  || ! command -v chromium >/dev/null || ! command -v redis-server >/dev/null \
 	  || ! test -x /usr/sbin/nginx || ! command -v promtool >/dev/null \
-	  || ! command -v baresip >/dev/null || ! command -v sipp >/dev/null; then \
+	  || ! command -v baresip >/dev/null || ! command -v sipp >/dev/null \
+	  || ! test -x /usr/sbin/kamailio; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(APT_PACKAGES); fi; \

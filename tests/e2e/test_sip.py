@@ -91,7 +91,7 @@ def _sipp(
     local = _free_sip_port()
     command = [
         "sipp", "-sf", str(SCENARIOS / scenario), f"127.0.0.1:{port}",
-        "-m", str(calls), "-r", "10", "-l", "5",
+        "-m", str(calls), "-r", "10", "-l", "3",
         "-i", "127.0.0.1", "-p", str(local),
         "-timeout", "60", "-timeout_error", "-nostdin", "-trace_err",
         *extra,

@@ -46,19 +46,27 @@ class SipCalls:
         for transport, host, port in self.agent.addresses:
             log.info("SIP listening on %s %s:%d", transport, host, port)
 
-    def admit(self, caller: str) -> Call | CallEnd:
+    def refusing(self) -> CallEnd | None:
         state = self.state
-        if self._closing:
-            why = CallEnd(ErrorCode.SHUTTING_DOWN, "shutting down", CloseCode.TRY_AGAIN_LATER)
-        elif state.services is None:
-            why = CallEnd(ErrorCode.NOT_READY, "models are loading", CloseCode.TRY_AGAIN_LATER)
-        else:
+        if self._closing or state.calls.draining:
+            return CallEnd(ErrorCode.SHUTTING_DOWN, "shutting down", CloseCode.TRY_AGAIN_LATER)
+        if state.services is None:
+            return CallEnd(ErrorCode.NOT_READY, "models are loading", CloseCode.TRY_AGAIN_LATER)
+        if state.calls.load >= state.calls.max_calls:
+            return CallEnd(ErrorCode.AT_CAPACITY, "at capacity", CloseCode.TRY_AGAIN_LATER)
+        return None
+
+    def admit(self) -> Call | CallEnd:
+        state = self.state
+        why = self.refusing()
+        if why is None and state.services is not None:
             call = Call(TRANSPORT, state.services, state.calls, ANONYMOUS)
             refusal = state.calls.admit(call)
             if refusal is None:
                 state.metrics.count_connection(TRANSPORT, ACCEPTED, call.client_version)
                 return call
             why = refusal
+        assert why is not None
         state.metrics.errors.labels(why.code).inc()
         state.metrics.count_connection(TRANSPORT, why.code, UNKNOWN)
         return why

@@ -113,7 +113,8 @@ class SipPhone:
         while True:
             message = await self.next(max(0.01, deadline - time.monotonic()))
             if isinstance(message, SipResponse) and message.status == status:
-                if message.to_tag:
+                invite = message.cseq is not None and message.cseq.method == "INVITE"
+                if invite and message.to_tag and status < 300:  # the dialog's tag
                     self.to_tag = message.to_tag
                 return message
 

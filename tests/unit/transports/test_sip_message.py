@@ -105,6 +105,10 @@ def test_a_response_echoes_the_request_and_tags_its_to() -> None:
     assert "To: <sip:agent@10.0.0.1>;tag=ours\r\n" in out
     assert "Call-ID: abc@10.0.0.2\r\n" in out and "CSeq: 7 INVITE\r\n" in out
     assert out.endswith("Content-Length: 0\r\n\r\n")
+    routed = parse(INVITE.replace(b"CSeq:", b"Record-Route: <sip:p1;lr>, <sip:p2;lr>\r\nCSeq:"))
+    assert response(routed.headers, 200).encode().count(b"Record-Route: <sip:p1;lr>") == 1
+    assert b"Record-Route" not in response(routed.headers, 100).encode()
+    assert b"Record-Route" not in response(routed.headers, 486).encode()
     # Without headers (a message we could not read), still a response with a status line.
     assert response(Headers(), 400).encode().startswith(b"SIP/2.0 400 Bad Request\r\n")
 

@@ -42,10 +42,10 @@ async def sip_server(
     agent: Agent | None = None, llm: FakeLlm | None = None, heard: str = "hello there", **sip: Any
 ) -> AsyncIterator[tuple[tuple[str, int], httpx.AsyncClient]]:
     port = free_udp_port()
-    server = sip.pop("server", {})
+    sections = {name: sip.pop(name) for name in ("server", "limits") if name in sip}
     config = quiet_config(
         sip={"enabled": True, "host": "127.0.0.1", "port": port, "rtp_port_range": (0, 0), **sip},
-        server=server,
+        **sections,
     )
     async with serving(config, engines(llm, heard), 30, agent=agent) as (_, http):
         yield ("127.0.0.1", port), http
@@ -313,6 +313,28 @@ async def test_bad_requests_are_answered_4xx_and_counted_and_the_server_goes_on(
             await until(lambda: _no_calls(http))
         finally:
             caller.close()
+
+
+async def test_options_is_503_and_an_invite_refused_while_the_server_is_full() -> None:
+    async with sip_server(limits={"max_calls": 1}) as (where, http):
+        first, second = await SipPhone(where).open(), await SipPhone(where).open()
+        try:
+            first.send("OPTIONS")
+            await first.response(200)  # a call would be taken: a dispatcher sends one
+            await answered(first)
+            first.send("ACK", cseq=first.cseq)
+            second.send("OPTIONS")
+            probe = await second.response(503)
+            assert probe.headers.get("retry-after") == "1"
+            second.send("INVITE", offer(second.rtp_port))
+            refused = await second.response(503)
+            assert "capacity" in (refused.headers.get("warning") or "")
+            first.send("BYE")
+            await first.response(200)
+            await until(lambda: _no_calls(http))
+        finally:
+            first.close()
+            second.close()
 
 
 async def test_a_request_over_the_size_limit_is_413() -> None:

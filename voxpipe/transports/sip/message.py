@@ -290,9 +290,12 @@ def response(
     server: str = "voxpipe",
 ) -> Outgoing:
     """A response to a request with these headers: its Vias, From, Call-ID and CSeq echoed,
-    its To given our tag where we have one and it has none (RFC 3261, 8.2.6)."""
+    its To given our tag where we have one and it has none (RFC 3261, 8.2.6), and, in a
+    provisional or success answer, its Record-Route, so that the caller's later requests
+    go through the proxies that asked to stay in the call (12.1.1)."""
     out = Outgoing(f"{SIP_VERSION} {status} {reason or REASONS.get(status, 'Unknown')}")
-    for key, name in _ECHOED:
+    echoed = _ECHOED + ((("record-route", "Record-Route"),) if 100 < status < 300 else ())
+    for key, name in echoed:
         for key_, value in request.items:
             if key_ != key:
                 continue

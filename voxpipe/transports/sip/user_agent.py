@@ -10,8 +10,9 @@ Requests, once parsed and checked (:mod:`message`):
   INVITE inside a call (a re-INVITE: a refresh or a hold) gets our answer again;
 - ACK confirms the call (never answered); BYE ends it (200, or 481 for no such call);
   CANCEL ends a ringing call (200 to it, 487 to the INVITE) or, answered already, changes
-  nothing; NOTIFY in a call (how the call our REFER asked for went) is 200; OPTIONS is 200
-  (a trunk's keep-alive); other methods 405 with Allow;
+  nothing; NOTIFY in a call (how the call our REFER asked for went) is 200; OPTIONS (a trunk's
+  keep-alive, a dispatcher's probe) is 200, or 503 while a call would be refused; other
+  methods 405 with Allow;
 - a request that repeats one answered in the last :data:`RECENT_S` seconds (a re-sent BYE
   whose 200 was lost) gets the same answer again (:class:`RecentAnswers`).
 
@@ -66,8 +67,12 @@ TCP_IDLE_S = 300.0  # a TCP connection with nothing said for this long is closed
 class CallDoor(Protocol):
     """The server's side of a SIP call (``server/sip_calls.py``): admission and lifetime."""
 
-    def admit(self, caller: str) -> Call | CallEnd:
+    def admit(self) -> Call | CallEnd:
         """A slot for a new call, or why not (not ready, at capacity, draining)."""
+        ...
+
+    def refusing(self) -> CallEnd | None:
+        """Why a new call would be refused now (an OPTIONS probe's 503), None if it would not."""
         ...
 
     def release(self, call: Call) -> None:
@@ -277,9 +282,7 @@ class SipUserAgent:
         elif request.method == "NOTIFY":
             self._notify(request, flow)
         elif request.method == "OPTIONS":
-            self._answer(
-                flow, request, 200, extra=(("Allow", ALLOW), ("Accept", "application/sdp"))
-            )
+            self._options(request, flow)
         else:
             why = f"{request.method[:32]} is not supported"
             self._refuse(flow, request.headers, 405, why, request, (("Allow", ALLOW),))
@@ -315,7 +318,7 @@ class SipUserAgent:
     def _start_call(
         self, request: SipRequest, flow: Flow, offer: sdp.MediaOffer, chosen: sdp.Negotiated
     ) -> None:
-        admitted = self.door.admit(request.headers.get("from") or "")
+        admitted = self.door.admit()
         if isinstance(admitted, CallEnd):
             self._refuse(
                 flow, request.headers, 503, admitted.message, request, (("Retry-After", "1"),)
@@ -349,6 +352,16 @@ class SipUserAgent:
             return
         self._answer(flow, request, 200, call.dialog.local_tag)
         call.bye_received()
+
+    def _options(self, request: SipRequest, flow: Flow) -> None:
+        """A probe (a trunk's, Kamailio's dispatcher's): 200 while a call would be taken, 503
+        while not (loading, full, draining), so a dispatcher sends calls elsewhere first."""
+        refusing = self.door.refusing()
+        if refusing is not None:
+            retry = (("Retry-After", "1"),)
+            self._refuse(flow, request.headers, 503, refusing.message, request, retry)
+            return
+        self._answer(flow, request, 200, extra=(("Allow", ALLOW), ("Accept", "application/sdp")))
 
     def _notify(self, request: SipRequest, flow: Flow) -> None:
         """A NOTIFY in a call: how the call our REFER asked for is going."""
