@@ -1,8 +1,8 @@
 """Whether the caller's words close the call, before an agent's ``end_call`` hangs up.
 
-A small model offered ``end_call`` calls it on a plain question too ("What time do you
-open on Sunday?" ended the call in a test with Qwen 0.5B), and hanging up on a caller
-is the worst mistake a phone agent can make. So ``end_call`` runs only when the caller's
+A small model offered ``end_call`` may call it on a plain question too ("What time do you
+open on Sunday?"), and hanging up on a caller is the worst mistake a phone agent can
+make. So ``end_call`` runs only when the caller's
 turn says so in words a person would: a goodbye, "that's all", "hang up"
 (``ToolPolicy.only_if_caller_said``).
 """

@@ -111,7 +111,8 @@ def new_tool_call_id() -> str:
 class ToolSpec:
     """A tool as an LLM sees it: a name, what it is for, and its parameters' JSON schema
     (an ``object`` schema). Every engine renders it in its own way; :meth:`openai` is the
-    shared form (the OpenAI ``tools`` entry, which Qwen's chat template also prints)."""
+    shared form (the OpenAI ``tools`` entry, which is also what a GGUF's chat template is
+    given: ``tool_family.native_chat``)."""
 
     name: str
     description: str

@@ -583,12 +583,11 @@ class LlamaLlm(LlmEngine):
         ``tool_router_floor``); True when the call has no greeting to judge them after, or
         the floor is 0.
 
-        Asked alone, the 0.5B model takes almost anything for a request (read sentences
-        P(call) 0.86-0.99, "Okay, goodbye." 0.98); right after the greeting it still tells
-        them apart (the restaurant's requests 0.012-0.87, read sentences 0.0001-0.016, small
-        talk at most 0.0012; docs/agents.md). The look shares the instructions and the
-        greeting with the session's KV cache, so it costs the prefill of the caller's
-        words."""
+        Asked alone, a small model may take almost anything for a request (read sentences,
+        a goodbye); right after the greeting it still tells them apart (the probabilities
+        measured, and the floor they set, are in docs/agents.md). The look shares the
+        instructions and the greeting with the session's KV cache, so it costs the prefill
+        of the caller's words."""
         if self.tool_router_floor <= 0.0:
             return True
         opening = self._opening_prompt(messages, tools)
@@ -622,9 +621,9 @@ class LlamaLlm(LlmEngine):
         """Inside: the context holds the ``alone`` prompt, evaluated; after: the session's
         state and its next token's logits, as they were.
 
-        The 0.5B model takes its cue from the turns before: after a greeting and an answer
-        in words it answers "do you have a table for four tomorrow?" in words too, making up
-        the answer (P(call) 0.00 there, 0.85 asked alone). So a request the conversation
+        A small model takes its cue from the turns before: after a greeting and an answer
+        in words it may answer "do you have a table for four tomorrow?" in words too, making
+        up the answer, where asked alone it calls (docs/agents.md). So a request the conversation
         makes unlikely to be a call is judged again alone, and a call it turns out to be is
         written alone too, as the tool evaluation measures it. It costs the prefill of the
         caller's words (the instructions' KV is shared) and a copy of the session's KV

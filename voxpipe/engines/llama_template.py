@@ -3,8 +3,8 @@
 Every chat GGUF carries its prompt format as a Jinja template (``tokenizer.chat_template``
 in its metadata). We render it with the environment llama-cpp-python's
 ``Jinja2ChatFormatter`` uses (sandboxed, ``trim_blocks``/``lstrip_blocks``, Transformers'
-``tojson``, ``raise_exception``, ``strftime_now``), so a Llama 3, Gemma or Phi model is
-prompted as it was trained, and Qwen exactly as before.
+``tojson``, ``raise_exception``, ``strftime_now``), so a model of any family is prompted
+as it was trained.
 
 Two properties the engine needs beyond a string:
 
@@ -15,7 +15,7 @@ Two properties the engine needs beyond a string:
 * **A stable prefix.** The KV cache of a call is reused only if the prompt of the next
   turn begins with the tokens of this one. So the prompt is cut into turns, each rendered
   as the difference between the conversation up to it and up to the turn before
-  (:meth:`ChatTemplate.turn_texts`); a template that rewrites earlier turns (Qwen3 drops
+  (:meth:`ChatTemplate.turn_texts`); a template that rewrites earlier turns (one that drops
   old reasoning) still renders, in fewer, larger pieces.
 """
 

@@ -4,8 +4,8 @@
 silence, or with only a tool's "One moment." (seen after a failover, answering a restored
 tool result). End-of-turn is barred until the reply holds a letter or a digit.
 
-**No parroting.** Read a sentence, the 0.5B model says it back: "He was not an
-ill-disposed young man." came back word for word. Prompt wording did not cure it (the
+**No parroting.** Read a sentence, a small model may say it back: "He was not an
+ill-disposed young man." can come back word for word. Prompt wording did not cure it (the
 variants and their counts are in docs/benchmarks.md), and llama.cpp's repeat penalty counts
 only the tokens the model has sampled, never the prompt's, so it cannot see the caller's
 words. So a token that would make the reply's last :attr:`ReplyRules.echo_run` tokens a run

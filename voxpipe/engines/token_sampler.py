@@ -4,7 +4,7 @@ A batched decode gives every sequence its own row of logits, and each sequence k
 own settings and random state; llama.cpp's sampler chain is built for one sequence, so the
 batching engine samples here instead, in llama.cpp's order: repeat penalty over the last
 ``penalty_last_n`` tokens, top-k, top-p, min-p, temperature (or the argmax at temperature
-0). One call costs about a millisecond over Qwen's 151k-token vocabulary.
+0). One call costs about a millisecond over a vocabulary of 151k tokens.
 """
 
 from __future__ import annotations
