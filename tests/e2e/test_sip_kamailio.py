@@ -44,6 +44,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[Run
                 "VOXPIPE_SIP__ENABLED": "true",
                 "VOXPIPE_SIP__HOST": "127.0.0.1",
                 "VOXPIPE_SIP__PORT": str(port),
+                "VOXPIPE_LIMITS__MAX_CALLS": "8",  # as in test_sip.py: room for SIPp's 3
             }
             started.append((start_server(tmp_path_factory.mktemp(f"worker-{name}"), env), port))
         for server, _ in started:
