@@ -317,24 +317,37 @@ class Reply:
             return None  # finished before the barge-in landed, or cancelled by the client
         if not no_turn(
             self.transcript,
-            interrupted.generated,
+            interrupted.meant,
             turn.backchannel_phrases,
             turn.backchannel_max_words,
         ):
             return None
         self.continues = interrupted.turn_id
-        self.repeats = len(interrupted.heard_text.split()) - resume_at(interrupted.heard_text)
-        return unheard(interrupted.generated, interrupted.heard_text)
+        heard = interrupted.heard_text
+        # Words the history holds that the rest says again: those of the cut sentence, or,
+        # when the interrupted reply was itself a rest stopped before its first word, the
+        # ones its own rest was to say again.
+        self.repeats = (
+            len(heard.split()) - resume_at(heard) if heard.split() else interrupted.repeats
+        )
+        return unheard(interrupted.meant, heard)
+
+    @property
+    def meant(self) -> str:
+        """What the reply set out to say: its own words if it was given them (a greeting,
+        the rest of a reply a backchannel stopped), else what the LLM wrote so far. A
+        resumed reply stopped again before its first word still holds all its rest."""
+        return self.text if self.text is not None else self.generated
 
     async def _carry_on(self, rest: str) -> None:
         """Not a turn: say ``rest`` (the interrupted reply's words the caller missed), with
         no LLM request, and keep the caller's sound out of the history."""
         self.timeline.counters["false_interruption"] = {"heard": self.transcript, "rest": rest}
+        self.text = rest  # stopped before it speaks, this reply still means to say it all
         await self._emit(Transcript(self.turn_id, self.transcript))
         if self.cancel.cancelled or not rest:
             self._outcome.ran_out(self.cancel.cancelled)
             return
-        self.text = rest
         await self._speak()
         self._outcome.ran_out(self.cancel.cancelled)
 

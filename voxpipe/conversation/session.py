@@ -331,7 +331,7 @@ class Session(ClientCommands):
         barged, cfg = self._barged, self.turn_config
         if barged is not None and event.audio is not None and self._may_resume():
             no_turn, check = await self._turn_judge.overlap(
-                event, detector.as_ended(event.audio), cfg, barged.generated
+                event, detector.as_ended(event.audio), cfg, barged.meant
             )
             if detector is not self._detector:
                 return  # the turn was reset meanwhile

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from tests.unit.conversation.harness import Call, silence, speech
@@ -169,3 +170,32 @@ async def test_an_acknowledgement_ends_its_turn_at_the_first_silence_check(
     assert call.session.counts["false_interruptions"] == int(ends_early)
     (check,) = call.session.turns[-1]["turn_model"]  # type: ignore[misc]
     assert check == {"overlap": True, "words": overlap, "no_turn": ends_early}
+
+
+async def test_a_backchannel_in_two_parts_still_resumes_the_reply(
+    make_call: Callable[..., Call],
+) -> None:
+    """"Oh, ... I see": the first part ends its turn at the first silence check, and the
+    second stops the resumed reply before its first word; the reply still goes on."""
+    llm = FakeLlm(sentences(30), ["Never said."], delay_s=0.005)
+    stt = FakeStt("tell me everything", "Oh.", "I see.")
+    call = make_call(stt=stt, llm=llm, tts=FakeTts(delay_s=0.005))
+    await call.say()
+    await call.until(lambda: len(call.frames(1)) >= 12)
+    await call.push(np.concatenate([speech(12), silence(8), speech(12), silence(30)]))
+    await call.until(lambda: call.done(3) is not None, within_s=10)  # the rest is played
+    await call.idle()
+
+    first, second, third = (call.done(i) for i in (1, 2, 3))
+    assert first is not None and second is not None and third is not None
+    assert (first.status, second.status, third.status) == (
+        "interrupted",
+        "interrupted",
+        "completed",
+    )
+    assert third.text.startswith("Number"), third.text
+    assert len(llm.calls) == 1
+    history = [(m.role, m.content) for m in call.session.history.turns]
+    assert [role for role, _ in history] == ["user", "assistant"]
+    assert history[1][1].split() == "".join(sentences(30)).split()
+    assert call.session.counts["false_interruptions"] == 2
