@@ -112,6 +112,11 @@ async def _trial(server: ServerProcess, words: str, audio: np.ndarray, at_s: flo
         await line.hang_up()
     if row["clear_ms"] is None:
         row["turn"] = False
+        # Not stopped: was the reply still going? A reply that had all been sent (it
+        # completed) by the time the overlap began makes the trial moot, not a failure.
+        with contextlib.suppress(TimeoutError):
+            first = (await _wait(lambda: _records(server, line.stream_sid), 30))[0]
+            row["reply_status"] = first.get("status")
         return row
     # The speech's own turn tells what it was (its record is written as the call ends). A
     # clear that only flushed a pause (turn.clear_on_pause) leaves no turn: the reply went on.
@@ -160,14 +165,19 @@ def main(args: argparse.Namespace) -> int:
         try:
             server.wait_ready(READY_TIMEOUT_S)
             for kind, words, voice, at_s in trials:
-                row = asyncio.run(_trial(server, words, _voice(words, voice), at_s))
+                try:
+                    row = asyncio.run(_trial(server, words, _voice(words, voice), at_s))
+                except TimeoutError as error:  # a failed trial, counted as neither outcome
+                    row = {"words": words, "at_s": at_s, "clear_ms": None, "turn": None}
+                    row["error"] = str(error)
                 row.update(kind=kind, voice=voice)
                 rows.append(row)
                 print(f"  {kind:12} {voice:12} {json.dumps(row)[:220]}")
         finally:
             server.stop()
     backs = [r for r in rows if r["kind"] == "backchannel"]
-    cuts = [r for r in rows if r["kind"] == "interruption"]
+    moot = [r for r in rows if r["kind"] == "interruption" and r.get("reply_status") == "completed"]
+    cuts = [r for r in rows if r["kind"] == "interruption" and r not in moot]
     clears = [r["clear_ms"] for r in cuts if r["clear_ms"] is not None and r["turn"]]
     resumed = [
         r["answered_ms"]
@@ -184,8 +194,10 @@ def main(args: argparse.Namespace) -> int:
         "backchannel_resumed_after_eot_ms": summarize(resumed) if resumed else None,
         "backchannel_silence_at_caller_ms": summarize(gaps) if gaps else None,
         "interruptions": len(cuts),
+        "interruptions_after_the_reply_ended": len(moot),
         "interruptions_stopped_as_turns": _share(cuts, "turn", True),
         "clear_after_speech_began_ms": summarize(clears) if clears else None,
+        "trials_failed": sum(1 for r in rows if "error" in r),
         "wall_s": round(time.monotonic() - started, 1),
     }
     for key, value in report.items():

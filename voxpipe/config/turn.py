@@ -156,6 +156,15 @@ class TurnConfig(BaseModel):
     backchannel_max_words: int = Field(
         4, ge=1, le=20, description="A backchannel has at most this many words."
     )
+    backchannel_silence_ms: int = Field(
+        350,
+        ge=100,
+        le=5000,
+        description="Speech that interrupted a reply is transcribed at its first silence; "
+        "if its words so far are no turn (a backchannel, a sound), it ends after this much "
+        "silence instead of the turn's usual one and the reply goes on. Longer than the "
+        "pause inside 'okay, I see', so that one is not heard as two.",
+    )
     keypad_idle_ms: int = Field(
         2000,
         ge=100,

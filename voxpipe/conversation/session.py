@@ -337,7 +337,7 @@ class Session(ClientCommands):
                 return  # the turn was reset meanwhile
             self._checks.append(check)
             if no_turn:  # a backchannel or a sound: the reply goes on sooner
-                detector.judged(Verdict.COMPLETE)
+                detector.judged(Verdict.NO_TURN)
                 return
         if not detector.smart:
             return  # the fixed silence ends the turn

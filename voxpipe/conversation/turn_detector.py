@@ -12,7 +12,7 @@ window. The verdict picks the silence that ends the turn (:class:`Verdict`): com
 ``smart_turn_max_silence_ms``. The model itself never runs here: its verdict is just
 another input, like the speech probability. A turn that interrupted a reply
 (:attr:`TurnDetector.check_overlap`) is asked at its first silence in either mode: a
-backchannel's words end it after ``smart_turn_complete_ms``, so the reply goes on sooner.
+backchannel's words end it after ``backchannel_silence_ms``, so the reply goes on sooner.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from voxpipe.config import TurnConfig
 
 
 class Verdict(Enum):
-    """What the turn so far sounds and reads like, at a silence (``end_of_turn: smart_turn``)."""
+    """What the turn so far sounds and reads like, at a silence (``end_of_turn: smart_turn``,
+    or speech over a reply)."""
 
     COMPLETE = "complete"  # ends after smart_turn_complete_ms
     LIKELY_COMPLETE = "likely_complete"  # the turn model doubted, the words did not: silence_ms
     UNFINISHED = "unfinished"  # ends after smart_turn_max_silence_ms
+    NO_TURN = "no_turn"  # speech over a reply that is no turn: ends after backchannel_silence_ms
 
 
 class TurnEventKind(Enum):
@@ -86,6 +88,7 @@ class TurnDetector:
             Verdict.COMPLETE: max(1, round(config.smart_turn_complete_ms * ms / window_samples)),
             Verdict.LIKELY_COMPLETE: max(1, round(config.silence_ms * ms / window_samples)),
             Verdict.UNFINISHED: self._silence,
+            Verdict.NO_TURN: max(1, round(config.backchannel_silence_ms * ms / window_samples)),
         }
         self._ends_at: int | None = None  # windows of silence this silence's verdict allows
         # This turn interrupted a reply: its first silence is checked too, whatever ends

@@ -148,8 +148,8 @@ async def test_an_acknowledgement_ends_its_turn_at_the_first_silence_check(
     make_call: Callable[..., Call], overlap: str, ends_early: bool
 ) -> None:
     """With the fixed silence (500 ms, 16 windows), an interrupting turn's words are read
-    at its first silence: an acknowledgement's turn ends after smart_turn_complete_ms
-    (200 ms, 6 windows), so the reply goes on sooner; other words wait the silence."""
+    at its first silence: an acknowledgement's turn ends after backchannel_silence_ms
+    (350 ms, 11 windows), so the reply goes on sooner; other words wait the silence."""
     llm = FakeLlm(sentences(8), ["Sure, Friday."], delay_s=0.005)
     stt = FakeStt("tell me everything", overlap)
     call = make_call(stt=stt, llm=llm, tts=FakeTts(delay_s=0.005))
@@ -157,7 +157,7 @@ async def test_an_acknowledgement_ends_its_turn_at_the_first_silence_check(
     await call.until(lambda: len(call.frames(1)) >= 12)
     await call.push(speech(12))  # an interruption
     await call.until(lambda: call.done(1) is not None)
-    await call.push(silence(8))  # 256 ms: past the verdict's 200, short of 500
+    await call.push(silence(12))  # 384 ms: past the verdict's 350, short of 500
     await call.until(lambda: len(stt.calls) == 2)
     await asyncio.sleep(0.05)
     stopped = call.of(SpeechStopped)
@@ -175,14 +175,15 @@ async def test_an_acknowledgement_ends_its_turn_at_the_first_silence_check(
 async def test_a_backchannel_in_two_parts_still_resumes_the_reply(
     make_call: Callable[..., Call],
 ) -> None:
-    """"Oh, ... I see": the first part ends its turn at the first silence check, and the
-    second stops the resumed reply before its first word; the reply still goes on."""
+    """ "Oh, ... I see" with a long pause: the first part ends its turn (after
+    backchannel_silence_ms), and the second stops the resumed reply before its first word;
+    the reply still goes on."""
     llm = FakeLlm(sentences(30), ["Never said."], delay_s=0.005)
     stt = FakeStt("tell me everything", "Oh.", "I see.")
     call = make_call(stt=stt, llm=llm, tts=FakeTts(delay_s=0.005))
     await call.say()
     await call.until(lambda: len(call.frames(1)) >= 12)
-    await call.push(np.concatenate([speech(12), silence(8), speech(12), silence(30)]))
+    await call.push(np.concatenate([speech(12), silence(12), speech(12), silence(30)]))
     await call.until(lambda: call.done(3) is not None, within_s=10)  # the rest is played
     await call.idle()
 
