@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     overlap.add_argument("--each", type=int, default=30, help="backchannels, and interruptions")
     overlap.add_argument(
+        "--kinds",
+        default="backchannel,interruption",
+        help="which overlaps to say (each keeps its voice and point in the reply)",
+    )
+    overlap.add_argument(
         "--turn",
         type=json.loads,
         default={},

@@ -98,7 +98,8 @@ async def _trial(server: ServerProcess, words: str, audio: np.ndarray, at_s: flo
         await line.wait_for(lambda: line.played_s >= at_s, 90)
         said = line.say(audio, 16000)
         await said.sent.wait()
-        speech_at = time.monotonic() - said.frames * 0.02 + LEAD_S
+        said_at = time.monotonic()  # the overlap, and its trailing silence, all sent
+        speech_at = said_at - said.frames * 0.02 + LEAD_S
         try:
             clear = (await line.wait_for(lambda: line.of("clear"), 3.0))[0]
             row["clear_ms"] = round((clear.at - speech_at) * 1000, 1)
@@ -108,6 +109,9 @@ async def _trial(server: ServerProcess, words: str, audio: np.ndarray, at_s: flo
             with contextlib.suppress(TimeoutError):
                 more = await line.wait_for(lambda: line.of("media", since=clear.at), 60)
                 row["silent_ms"] = round((more[0].at - clear.at) * 1000, 1)
+                # A flushed pause may go on between the overlap's words ("excuse me, ... I
+                # need help"): its outcome is what plays once it has all been said.
+                await line.wait_for(lambda: line.of("media", since=said_at), 60)
         row["clears"] = len(line.of("clear"))
         await line.hang_up()
     if row["clear_ms"] is None:
@@ -157,7 +161,8 @@ def main(args: argparse.Namespace) -> int:
         [("backchannel", w) for w in BACKCHANNELS[: args.each]]
         + [("interruption", w) for w in INTERRUPTIONS[: args.each]]
     ):
-        trials.append((kind, words, VOICES[i % 2], points[i % 3]))
+        if kind in args.kinds.split(","):
+            trials.append((kind, words, VOICES[i % 2], points[i % 3]))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="voxpipe-overlap-") as tmp:
         env = {f"VOXPIPE_TURN__{k.upper()}": str(v) for k, v in args.turn.items()}
