@@ -428,10 +428,6 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.func(args))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def sip_line(config: Config) -> str:
     """Where SIP calls are answered, when the server answers them (docs/sip.md)."""
     sip = config.sip
@@ -439,3 +435,7 @@ def sip_line(config: Config) -> str:
         return ""
     port = sip.port or "a free port (see the log)"
     return f"  SIP:    {'/'.join(sip.transports)} {sip.host}:{port} (sip:agent@<this host>)\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
