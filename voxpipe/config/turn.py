@@ -130,6 +130,22 @@ class TurnConfig(BaseModel):
         description="Speech during a reply must last this long to interrupt it; shorter speech "
         "(a backchannel such as 'uh-huh', a cough) only pauses the reply and is not a turn.",
     )
+    barge_in_threshold: float = Field(
+        0.3,
+        gt=0.0,
+        lt=1.0,
+        description="Speech probability that pauses a reply speaking (a turn otherwise opens "
+        "at threshold). A caller's first word over a phone line is often weak: at 0.5 the "
+        "reply went on over 'wait' until the second word. A pause on a sound that proves "
+        "to be nothing costs only a short gap: the reply goes on where it stopped.",
+    )
+    barge_in_min_speech_ms: int = Field(
+        64,
+        ge=0,
+        le=2000,
+        description="Speech at barge_in_threshold for this long pauses a reply speaking "
+        "(min_speech_ms otherwise).",
+    )
     clear_on_pause: bool = Field(
         True,
         description="When speech starts over a reply, the client also drops the reply audio "

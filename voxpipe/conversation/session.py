@@ -260,6 +260,7 @@ class Session(ClientCommands):
             if self._next_detector is not None and not self._detector.in_speech:
                 self._next_detector.samples = self._detector.samples
                 self._detector, self._next_detector = self._next_detector, None
+            self._detector.over_reply = self._turns.overlapped() is not None
             event = self._detector.push(window, prob)
             await self._on_window(prob, event)
 

@@ -13,6 +13,9 @@ window. The verdict picks the silence that ends the turn (:class:`Verdict`): com
 another input, like the speech probability. A turn that interrupted a reply
 (:attr:`TurnDetector.check_overlap`) is asked at its first silence in either mode: a
 backchannel's words end it after ``backchannel_silence_ms``, so the reply goes on sooner.
+While a reply speaks (:attr:`TurnDetector.over_reply`), speech opens at the lower
+``barge_in_threshold``: the reply pauses on a caller's first word, which a phone line
+often leaves weak.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class TurnDetector:
             else max(0.01, config.threshold - 0.15)
         )
         self._min_speech = max(1, round(config.min_speech_ms * ms / window_samples))
+        self._barge_in_speech = max(1, round(config.barge_in_min_speech_ms * ms / window_samples))
         self._smart = config.end_of_turn == "smart_turn"
         if self._smart:
             self._silence = max(1, round(config.smart_turn_max_silence_ms * ms / window_samples))
@@ -94,9 +98,14 @@ class TurnDetector:
         # This turn interrupted a reply: its first silence is checked too, whatever ends
         # turns (the words may show it was only a backchannel: the session's _judge).
         self.check_overlap = False
+        # A reply is speaking and speech would interrupt it: speech opens sooner
+        # (barge_in_threshold), so the reply pauses on the caller's first, weak word.
+        self.over_reply = False
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
-        self._prefix: deque[np.ndarray] = deque(maxlen=pad + self._min_speech)
+        self._prefix: deque[np.ndarray] = deque(
+            maxlen=pad + max(self._min_speech, self._barge_in_speech)
+        )
         self._turn: list[np.ndarray] = []
         self._in_speech = False
         self._speech_run = 0
@@ -124,9 +133,10 @@ class TurnDetector:
         self.samples += self.window
         if not self._in_speech:
             self._prefix.append(window)
-            if prob >= self.cfg.threshold:
+            opens, needs = self._opening()
+            if prob >= opens:
                 self._speech_run += 1
-                if self._speech_run >= self._min_speech:
+                if self._speech_run >= needs:
                     self._in_speech = True
                     self._silence_run = 0
                     self._turn = list(self._prefix)
@@ -157,6 +167,12 @@ class TurnDetector:
                 self._start_sample,
             )
         return None
+
+    def _opening(self) -> tuple[float, int]:
+        """The probability that opens speech, and for how many windows in a row."""
+        if self.over_reply:
+            return min(self.cfg.barge_in_threshold, self.cfg.threshold), self._barge_in_speech
+        return self.cfg.threshold, self._min_speech
 
     def judged(self, verdict: Verdict) -> None:
         """The verdict on the turn of the last ``END_CANDIDATE``: it holds until speech

@@ -215,6 +215,10 @@ class TurnTaking(Generic[R]):
         reply = self._reply
         return reply if reply is not None and reply.active and reply.respond else None
 
+    def overlapped(self) -> R | None:
+        """The reply that the caller's speech, if it began now, would pause (barge-in)."""
+        return self.speaking() if self.config.interrupt else None
+
     def _move(self, trigger: Trigger, to: TurnState) -> None:
         """The one place the state changes: checked first, so a refused move changes nothing."""
         if to not in TRANSITIONS[self._state].get(trigger, ()):
@@ -237,8 +241,7 @@ class TurnTaking(Generic[R]):
     def speech_began(self) -> R | None:
         """The caller began a turn. Returns the reply it overlaps (pause it first, then
         tell the client: a barge-in is timed from here), if any."""
-        speaking = self.speaking()
-        over = speaking if self.config.interrupt else None
+        over = self.overlapped()
         self._move(Trigger.SPEECH_BEGAN, self._in_speech(over is not None, self._held is not None))
         return over
 

@@ -159,3 +159,25 @@ def test_clock_counts_every_window() -> None:
     detector = TurnDetector(CFG, W)
     feed(detector, [0.0, 0.9, 0.9, 0.9, 0.0])
     assert detector.samples == 5 * W
+
+
+def test_over_a_reply_a_weak_short_word_opens_speech() -> None:
+    """A caller's first word over a phone line is often weak (Silero 0.3-0.5): over a reply
+    it pauses the reply at ``barge_in_threshold`` after ``barge_in_min_speech_ms``; with no
+    reply speaking the same windows are no speech."""
+    weak = [0.0, 0.4, 0.45, 0.0]
+    assert feed(TurnDetector(CFG, W), weak) == []
+    detector = TurnDetector(CFG, W)
+    detector.over_reply = True
+    events = feed(detector, weak)
+    assert [(i, e.kind, e.sample) for i, e in events] == [
+        (2, TurnEventKind.SPEECH_STARTED, 1 * W)
+    ]
+
+
+def test_over_a_reply_the_barge_in_bar_is_never_above_the_turns() -> None:
+    cfg = CFG.model_copy(update={"barge_in_threshold": 0.8, "barge_in_min_speech_ms": 32})
+    detector = TurnDetector(cfg, W)
+    detector.over_reply = True
+    events = feed(detector, [0.6, 0.0])
+    assert [(i, e.kind) for i, e in events] == [(0, TurnEventKind.SPEECH_STARTED)]
