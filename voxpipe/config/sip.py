@@ -67,6 +67,19 @@ class SipConfig(BaseModel):
         description="How long a 200 OK waits for its ACK (re-sent over UDP meanwhile) before "
         "the call is ended with BYE (RFC 3261: 64 x T1).",
     )
+    dial_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=300,
+        description="A call placed to a SIP URI (POST /v1/calls, provider sip) that is not "
+        "answered in this long is cancelled (CANCEL) and reported as not answered.",
+    )
+    caller_id: str | None = Field(
+        None,
+        pattern=r"^sips?:[!-~]{3,250}$",
+        description="The From URI of calls placed to SIP URIs (what the callee sees); None: "
+        "sip:voxpipe@<this server's address>. With a registration, its address of record.",
+    )
     max_message_bytes: int = Field(
         16384, ge=1024, le=65535, description="The largest SIP message taken; larger: 413."
     )

@@ -46,7 +46,7 @@ from voxpipe.server.auth import (
 )
 from voxpipe.server.json_body import json_body
 from voxpipe.server.lifecycle import serve_call
-from voxpipe.server.outbound import place_call
+from voxpipe.server.outbound import OutboundCalls
 from voxpipe.server.sip_calls import SipCalls
 from voxpipe.server.state import ServerState
 from voxpipe.server.store import open_store
@@ -105,6 +105,7 @@ def create_app(
     factory: EngineFactory = engine_factory or functools.partial(load_cold_engines, state=state)
     webrtc = WebRTCOffers(state)
     sip = SipCalls(state) if config.sip.enabled else None
+    outbound = OutboundCalls(state, sip)
 
     async def load() -> None:
         runners: Runners | None = None
@@ -223,7 +224,7 @@ def create_app(
 
     async def calls(request: Request) -> Response:
         """Dial out (``server/outbound.py``)."""
-        return await place_call(request, state)
+        return await outbound.place(request)
 
     async def plivo_xml(request: Request) -> Response:
         """The Plivo XML a transfer or an outbound call points Plivo at (``plivo_rest.py``)."""

@@ -7,6 +7,10 @@ readiness, then admission (at capacity or draining: refused, the user agent answ
 and the same lifetime (``lifecycle.run_call``: the idle and maximum-duration watchdog, drain,
 shutdown). SIP has no credentials of ours: the principal is anonymous, and the operator
 opens the port to the trunk's addresses only (``docs/sip.md``).
+
+A call we place (``POST /v1/calls`` with ``provider: sip``, ``server/outbound.py``) goes
+through the same door: :meth:`SipCalls.dial` admits it, the user agent dials, and it runs
+under the same watch.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from voxpipe.conversation.events import ErrorCode
@@ -29,6 +34,22 @@ from voxpipe.transports.sip.user_agent import SipUserAgent
 log = logging.getLogger("voxpipe.sip")
 
 TRANSPORT = "sip"
+
+
+class NotAdmitted(Exception):
+    """No call is placed now (models loading, at capacity, draining): why."""
+
+    def __init__(self, end: CallEnd) -> None:
+        super().__init__(end.message)
+        self.end = end
+
+
+@dataclass(frozen=True)
+class Dialed:
+    """A call we placed, answered: its SIP Call-ID and its session's id."""
+
+    call_id: str
+    session_id: str
 
 
 class SipCalls:
@@ -80,6 +101,23 @@ class SipCalls:
         )
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
+
+    async def dial(self, to: str, instructions: str | None = None) -> Dialed:
+        """Call the SIP URI ``to`` and wait until it is answered (its session runs then, as a
+        call we answered would) or fails; :class:`DialFailed` says why (its SIP status).
+        The call is the server's own task: the caller of this method going away (an HTTP
+        client hanging up) neither ends nor repeats it."""
+        admitted = self.admit()
+        if isinstance(admitted, CallEnd):
+            raise NotAdmitted(admitted)
+        try:
+            placed = await self.agent.dial(admitted, to, instructions)
+        except BaseException:
+            self.release(admitted)
+            raise
+        self.run(admitted, placed.run())
+        session_id = await asyncio.shield(placed.outcome)
+        return Dialed(placed.call_id, session_id)
 
     async def _run(self, call: Call, serving: Coroutine[Any, Any, None]) -> None:
         async def closed() -> None:

@@ -7,10 +7,12 @@ session's ``playback.clear`` drops what is not yet sent, its ``call.ended`` (the
 keypad's turns stay in the session.
 
 :meth:`SipCall.run` is the call's whole life, in one task the server starts
-(``server/sip_calls.py``): ring, answer (the 200 OK, re-sent over UDP until the ACK), greet,
-then wait for the end: the caller's BYE or CANCEL, the agent's hang-up, no ACK in time, or
-the server ending it (idle, maximum duration, drain: the task is cancelled). Its cleanup
-always runs: the session closed, the RTP socket shut, a BYE sent if the dialog is still up.
+(``server/sip_calls.py``): set up (here: ring, answer, the 200 OK re-sent over UDP until the
+ACK; a call we place, :class:`~voxpipe.transports.sip.outbound.OutboundCall`, dials
+instead), greet, then wait for the end: the other side's BYE or CANCEL, the agent's hang-up,
+no ACK in time, or the server ending it (idle, maximum duration, drain: the task is
+cancelled). Its cleanup always runs: the session closed, the RTP socket shut, a BYE sent if
+the dialog is still up.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class SipCall:
         self.media = RtpMedia(
             rtp_socket, chosen, self, config.sip.jitter_packets, config.audio.max_frame_ms
         )
+        self.instructions: str | None = None  # the session's own (a call we place may say)
         self.answer_sdp = answer_sdp
         self.config = config.sip
         self.metrics = call.services.metrics
@@ -181,14 +184,7 @@ class SipCall:
 
     async def run(self) -> None:
         try:
-            await self._answer()
-            if self.state is CallState.TERMINATED:
-                return
-            try:
-                await asyncio.wait_for(self._acked.wait(), self.config.ack_timeout_s)
-            except TimeoutError:
-                self.metrics.sip_refused.labels("ack_timeout").inc()
-                self._hang_up_ours(f"(no ACK in {self.config.ack_timeout_s:g} s)")
+            if not await self._set_up():
                 return
             assert self.session is not None
             self.session.greet()  # the agent's greeting, if it has one
@@ -197,6 +193,19 @@ class SipCall:
         finally:
             await self._close()
 
+    async def _set_up(self) -> bool:
+        """Ring, answer, wait for the ACK; True once the call is up."""
+        await self._answer()
+        if self.state is CallState.TERMINATED:
+            return False
+        try:
+            await asyncio.wait_for(self._acked.wait(), self.config.ack_timeout_s)
+        except TimeoutError:
+            self.metrics.sip_refused.labels("ack_timeout").inc()
+            self._hang_up_ours(f"(no ACK in {self.config.ack_timeout_s:g} s)")
+            return False
+        return True
+
     async def _answer(self) -> None:
         self.respond(180)
         if self.config.ring_ms:
@@ -204,18 +213,24 @@ class SipCall:
                 await asyncio.wait_for(self._over.wait(), self.config.ring_ms / 1000)
             if self.state is CallState.TERMINATED:  # CANCEL while ringing
                 return
-        caller = self.dialog.invite.headers.get("from") or ""
+        await self._start_media(self.dialog.invite.headers.get("from") or "")
+        self.respond(200, self.answer_sdp)
+        self._set_state(CallState.ANSWERED)
+        if not self.dialog.flow.reliable:
+            self._spawn(self._resend_until(self._acked, self.last_response), "resend-200")
+
+    async def _start_media(self, other_party: str) -> None:
+        """The session (the other party's URI is its caller, as tools see it) and the RTP."""
         self.session = self.call.open_session(
             new_session_id(),
             SessionSinks(self.send_event, self.send_audio),
             Rates.both(RATE),
-            caller=_caller_uri(caller),
+            instructions=self.instructions,
+            caller=_caller_uri(other_party),
         )
         await self.media.start()
-        self.respond(200, self.answer_sdp)
-        self._set_state(CallState.ANSWERED)
         log.info(
-            "sip call %s answered: session %s, %s pt %d (keys pt %s), RTP %d <-> %s:%d",
+            "sip call %s up: session %s, %s pt %d (keys pt %s), RTP %d <-> %s:%d",
             self.call_id,
             self.session.id,
             self.media.chosen.codec,
@@ -224,8 +239,6 @@ class SipCall:
             self.media.port,
             *self.media.remote,
         )
-        if not self.dialog.flow.reliable:
-            self._spawn(self._resend_until(self._acked, self.last_response), "resend-200")
 
     async def _resend_until(self, done: asyncio.Event, data: bytes) -> None:
         """Re-send ``data`` over UDP at T1, 2 T1, ... (at most T2 apart) until ``done``."""
@@ -254,14 +267,18 @@ class SipCall:
             out.add(name, value)
         answered = self._answered[self.dialog.cseq] = asyncio.Event()
         data = out.encode()
+        self._resend(data, answered, method)
+        return answered
+
+    def _resend(self, data: bytes, done: asyncio.Event, method: str) -> None:
+        """Send ``data``; over UDP again at T1, 2 T1 ... until ``done`` (or the call's end)."""
         self.dialog.flow.send(data)
         if not self.dialog.flow.reliable:
             task = asyncio.get_running_loop().create_task(
-                self._resend_until(answered, data), name=f"sip-{method}-{self.call.id}"
+                self._resend_until(done, data), name=f"sip-{method}-{self.call.id}"
             )
             self._resends.add(task)
             task.add_done_callback(self._resends.discard)
-        return answered
 
     async def _transfer(self, target: str) -> None:
         """Blind transfer by REFER (RFC 3515): the caller's side is asked to call ``target``;
@@ -290,8 +307,7 @@ class SipCall:
     async def _close(self) -> None:
         """Everything this call started stops; a dialog still up is ended with our BYE."""
         if self.state is CallState.RINGING:  # the server ended it before the answer
-            self.respond(503, reason="Service Unavailable")
-            self._set_state(CallState.TERMINATED, "(ended before the answer)")
+            self._end_unanswered()
         elif self.state is not CallState.TERMINATED:  # idle, max duration, drain, end_call
             self._set_state(CallState.TERMINATED, "(the server ended the call)")
             self._send_bye()
@@ -318,6 +334,11 @@ class SipCall:
                 self.why,
                 self.media.received,
             )
+
+    def _end_unanswered(self) -> None:
+        """The server ends a call before it is answered: our 503 to the INVITE."""
+        self.respond(503, reason="Service Unavailable")
+        self._set_state(CallState.TERMINATED, "(ended before the answer)")
 
     def _spawn(self, work: object, what: str) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(

@@ -1,10 +1,15 @@
-"""A SIP dialog as the answering side keeps it (RFC 3261, 12.1.1), its state, and the
-requests it sends (BYE, REFER).
+"""A SIP dialog as either side keeps it (RFC 3261, 12.1), its state, and the requests it
+sends (BYE, REFER).
+
+A call we answer makes its dialog from the caller's INVITE (:meth:`Dialog.of`, 12.1.1); a
+call we place, from our INVITE and the callee's 2xx (:meth:`Dialog.called`, 12.1.2). Either
+way the dialog is our URI with our tag, theirs with their tag, where their requests come
+from (their Contact) and the route: from then on both directions read the same.
 
 The state is an enum with one owner (:class:`~voxpipe.transports.sip.call.SipCall`), which
-changes it in one method. The flow is where the INVITE came from (a UDP address, a TCP
-connection): our requests go back the same way, which reaches a caller behind NAT and needs
-no DNS; a Record-Route set, when the INVITE has one, is sent back as Route headers.
+changes it in one method. The flow is where the INVITE came from or went to (a UDP address,
+a TCP connection): our requests go the same way, which reaches a caller behind NAT and
+needs no DNS; a Record-Route set is sent back as Route headers.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Protocol
 from voxpipe.transports.sip.message import (
     SIP_VERSION,
     Outgoing,
+    SipMessage,
     SipRequest,
     new_branch,
     uri_of,
@@ -25,14 +31,14 @@ from voxpipe.transports.sip.message import (
 class CallState(Enum):
     """Where a call is: each step's only way forward is written in ``SipCall._set_state``."""
 
-    RINGING = "ringing"  # INVITE taken: 100 and 180 sent, not yet answered
+    RINGING = "ringing"  # INVITE taken (100 and 180 sent) or sent (ours), not yet answered
     ANSWERED = "answered"  # 200 OK sent (re-sent over UDP), waiting for the ACK
-    CONFIRMED = "confirmed"  # ACK in: audio both ways
+    CONFIRMED = "confirmed"  # ACK in (or, a call we placed, out): audio both ways
     TERMINATED = "terminated"  # BYE either way, CANCEL (487), no ACK, or the server ended it
 
 
 NEXT = {
-    CallState.RINGING: {CallState.ANSWERED, CallState.TERMINATED},
+    CallState.RINGING: {CallState.ANSWERED, CallState.CONFIRMED, CallState.TERMINATED},
     CallState.ANSWERED: {CallState.CONFIRMED, CallState.TERMINATED},
     CallState.CONFIRMED: {CallState.TERMINATED},
     CallState.TERMINATED: set(),
@@ -49,52 +55,75 @@ class Flow(Protocol):
 
     def send(self, data: bytes) -> None: ...
 
+    def close(self) -> None:
+        """A connection of the call's own (a call we placed over TCP) is closed."""
+        ...
+
 
 @dataclass
 class Dialog:
-    """What our in-dialog requests need: the INVITE's ids, our tag, their contact, routes."""
+    """What our in-dialog requests need: the INVITE's ids, both ends' URIs with their tags,
+    their contact, the route."""
 
-    invite: SipRequest
+    invite: SipRequest  # the INVITE that made the call: the caller's, or ours as sent
     local_tag: str
     local_host: str  # the address written in Contact and SDP
     flow: Flow
+    local: str  # our From (To, in the caller's requests), with our tag
+    remote: str  # theirs, with their tag once we know it
+    remote_target: str  # their Contact's URI: where our in-dialog requests are addressed
     cseq: int = 0
     routes: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, invite: SipRequest, local_tag: str, local_host: str, flow: Flow) -> Dialog:
-        return cls(invite, local_tag, local_host, flow, routes=invite.headers.all("record-route"))
+        """The dialog of a call we answer (RFC 3261, 12.1.1)."""
+        headers = invite.headers
+        caller = headers.get("from") or ""
+        return cls(
+            invite,
+            local_tag,
+            local_host,
+            flow,
+            local=f"{headers.get('to')};tag={local_tag}",
+            remote=caller,
+            remote_target=uri_of(headers.get("contact") or caller),
+            routes=headers.all("record-route"),  # the UAS keeps their order
+        )
+
+    def called(self, answer: SipMessage) -> None:
+        """A call we placed is answered (its 2xx): their tag, contact and route (12.1.2)."""
+        self.remote = answer.headers.get("to") or self.remote
+        contact = answer.headers.get("contact")
+        if contact:
+            self.remote_target = uri_of(contact)
+        self.routes = list(reversed(answer.headers.all("record-route")))
 
     @property
     def call_id(self) -> str:
         return self.invite.call_id
-
-    @property
-    def remote_target(self) -> str:
-        """Their Contact's URI (where in-dialog requests are addressed), else their From."""
-        contact = self.invite.headers.get("contact")
-        return uri_of(contact or self.invite.headers.get("from") or "")
 
     def contact(self) -> str:
         host, port = self.local_host, self.flow.local[1]
         where = f"[{host}]" if ":" in host else host
         return f"<sip:voxpipe@{where}:{port};transport={self.flow.transport.lower()}>"
 
-    def request(self, method: str, user_agent: str) -> Outgoing:
-        """A new in-dialog request from us: our tag in From, theirs in To (RFC 3261, 12.2.1)."""
-        self.cseq += 1
-        headers = self.invite.headers
+    def request(self, method: str, user_agent: str, cseq: int | None = None) -> Outgoing:
+        """A new in-dialog request from us: our tag in From, theirs in To (RFC 3261, 12.2.1).
+        ``cseq``: the number it must carry (an ACK: its INVITE's); else the next one."""
+        if cseq is None:
+            self.cseq += 1
         host, port = self.local_host, self.flow.local[1]
         where = f"[{host}]" if ":" in host else host
         out = Outgoing(f"{method} {self.remote_target} {SIP_VERSION}")
         out.add("Via", f"{SIP_VERSION}/{self.flow.transport} {where}:{port};branch={new_branch()}")
         out.add("Max-Forwards", "70")
-        for route in self.routes:  # the UAS keeps Record-Route's order (RFC 3261, 12.1.1)
+        for route in self.routes:
             out.add("Route", route)
-        out.add("From", f"{headers.get('to')};tag={self.local_tag}")
-        out.add("To", headers.get("from") or "")
+        out.add("From", self.local)
+        out.add("To", self.remote)
         out.add("Call-ID", self.call_id)
-        out.add("CSeq", f"{self.cseq} {method}")
+        out.add("CSeq", f"{self.cseq if cseq is None else cseq} {method}")
         out.add("Contact", self.contact())
         out.add("User-Agent", user_agent)
         return out

@@ -6,6 +6,10 @@ the session's), the payload types it offers, their ``rtpmap`` names, and
 (``sip.codecs``: PCMU, PCMA; both 8 kHz and RFC 3551's static types 0 and 8) that the offer
 has, plus telephone-event when offered, at ``ptime:20``. Any other ``m=`` line is answered
 with port 0 (declined), as RFC 3264 asks.
+
+A call we place turns it around: :func:`offer` lists our codecs (and telephone-event, as
+:data:`OFFERED_DTMF`), and :func:`accept_answer` takes the callee's answer: the first of its
+payload types that we offered.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ RATE = 8000
 FRAME_MS = 20
 TELEPHONE_EVENT = "telephone-event"
 MAX_SDP_BYTES = 8192
+OFFERED_DTMF = 101  # the dynamic payload type our offer gives telephone-event
 
 
 @dataclass(frozen=True)
@@ -133,23 +138,28 @@ def negotiate(offer: MediaOffer, codecs: Sequence[str]) -> Negotiated:
 _ANSWER_DIRECTION = {"sendonly": "recvonly", "recvonly": "sendonly"}
 
 
-def answer(offer: MediaOffer, chosen: Negotiated, address: str, port: int) -> bytes:
-    """Our answer: the chosen codec (and telephone-event) on our RTP ``address:port``."""
+def _session(address: str) -> list[str]:
+    """The session lines of our SDP: its origin and connection at ``address``."""
     family = "IP6" if ":" in address else "IP4"
     version = int(time.time())
-    types = [chosen.payload_type]
-    attributes = [f"a=rtpmap:{chosen.payload_type} {chosen.codec}/{RATE}"]
-    if chosen.dtmf_payload_type is not None:
-        types.append(chosen.dtmf_payload_type)
-        attributes.append(f"a=rtpmap:{chosen.dtmf_payload_type} {TELEPHONE_EVENT}/{RATE}")
-        attributes.append(f"a=fmtp:{chosen.dtmf_payload_type} 0-16")
-    lines = [
+    return [
         "v=0",
         f"o=voxpipe {version} {version} IN {family} {address}",
         "s=voxpipe",
         f"c=IN {family} {address}",
         "t=0 0",
     ]
+
+
+def answer(offer: MediaOffer, chosen: Negotiated, address: str, port: int) -> bytes:
+    """Our answer: the chosen codec (and telephone-event) on our RTP ``address:port``."""
+    types = [chosen.payload_type]
+    attributes = [f"a=rtpmap:{chosen.payload_type} {chosen.codec}/{RATE}"]
+    if chosen.dtmf_payload_type is not None:
+        types.append(chosen.dtmf_payload_type)
+        attributes.append(f"a=rtpmap:{chosen.dtmf_payload_type} {TELEPHONE_EVENT}/{RATE}")
+        attributes.append(f"a=fmtp:{chosen.dtmf_payload_type} 0-16")
+    lines = _session(address)
     for index, offered in enumerate(offer.media):  # the offer's order (RFC 3264, 6)
         if index == offer.audio_index:
             lines.append(f"m=audio {port} RTP/AVP {' '.join(map(str, types))}")
@@ -161,3 +171,39 @@ def answer(offer: MediaOffer, chosen: Negotiated, address: str, port: int) -> by
             _, _, formats = rest.partition(" ")
             lines.append(f"m={kind} 0 {formats}")
     return ("\r\n".join(lines) + "\r\n").encode()
+
+
+def offer(codecs: Sequence[str], address: str, port: int) -> bytes:
+    """Our offer for a call we place: ``codecs`` in order of preference, then
+    telephone-event, on our RTP ``address:port``."""
+    by_name = {name: pt for pt, name in STATIC.items()}
+    types = [by_name[codec] for codec in codecs] + [OFFERED_DTMF]
+    lines = [
+        *_session(address),
+        f"m=audio {port} RTP/AVP {' '.join(map(str, types))}",
+        *(f"a=rtpmap:{by_name[codec]} {codec}/{RATE}" for codec in codecs),
+        f"a=rtpmap:{OFFERED_DTMF} {TELEPHONE_EVENT}/{RATE}",
+        f"a=fmtp:{OFFERED_DTMF} 0-16",
+        f"a=ptime:{FRAME_MS}",
+        "a=sendrecv",
+    ]
+    return ("\r\n".join(lines) + "\r\n").encode()
+
+
+def accept_answer(answer: MediaOffer, codecs: Sequence[str]) -> Negotiated:
+    """What the callee's answer to :func:`offer` chose: its first payload type that is one
+    of ``codecs``; :class:`SipError` 488 when it chose none of them."""
+    for pt in answer.payload_types:
+        name = answer.names.get(pt, "").removesuffix(f"/{RATE}")
+        if name in codecs:
+            dtmf = next(
+                (
+                    t
+                    for t in answer.payload_types
+                    if answer.names.get(t) == f"{TELEPHONE_EVENT.upper()}/{RATE}"
+                ),
+                None,
+            )
+            return Negotiated(name, pt, dtmf, (answer.address, answer.port))
+    names = [answer.names.get(pt, f"payload type {pt}") for pt in answer.payload_types]
+    raise SipError(488, f"the answer has none of our codecs: {', '.join(names) or 'none'}")

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import secrets
 import socket
 import time
 from collections import OrderedDict
@@ -55,6 +56,7 @@ from voxpipe.transports.sip.message import (
     parse,
     response,
 )
+from voxpipe.transports.sip.outbound import DialFailed, OutboundCall, Target, invite, target_of
 
 log = logging.getLogger("voxpipe.sip")
 
@@ -62,6 +64,7 @@ RECENT_S = 32.0  # how long an answer is kept for a re-sent request (64 x T1)
 RECENT_MAX = 1024
 LOGGED_REFUSALS = 50  # refusals logged since start; later ones only counted
 TCP_IDLE_S = 300.0  # a TCP connection with nothing said for this long is closed
+CONNECT_TIMEOUT_S = 5.0  # a call we place: resolving its host, opening its TCP connection
 
 
 class CallDoor(Protocol):
@@ -96,6 +99,9 @@ class UdpFlow:
         if not self.sock.is_closing():
             self.sock.sendto(data, self.peer)
 
+    def close(self) -> None:
+        """Nothing of its own: the socket is the user agent's."""
+
 
 @dataclass
 class TcpFlow:
@@ -108,6 +114,9 @@ class TcpFlow:
     def send(self, data: bytes) -> None:
         if not self.writer.is_closing():
             self.writer.write(data)
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class RecentAnswers:
@@ -182,11 +191,19 @@ class SipUserAgent:
             await self._tcp.wait_closed()
 
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")[:2]
+        await self._tcp_loop(
+            reader, writer, TcpFlow(writer, peer, writer.get_extra_info("sockname")[:2])
+        )
+
+    async def _tcp_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flow: TcpFlow
+    ) -> None:
+        """Every message on one TCP connection (one we accepted, or one a call we placed
+        opened) until it closes or is idle for :data:`TCP_IDLE_S`."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        peer = writer.get_extra_info("peername")[:2]
-        flow = TcpFlow(writer, peer, writer.get_extra_info("sockname")[:2])
         try:
             while True:
                 data = await asyncio.wait_for(self._read_tcp(reader, flow), TCP_IDLE_S)
@@ -237,6 +254,73 @@ class SipUserAgent:
             self._refuse_raw(flow, 413, f"over {self.config.max_message_bytes} bytes")
             return
         self.received(data, flow)
+
+    # -- calls we place ---------------------------------------------------------------
+
+    async def dial(self, admitted: Call, to: str, instructions: str | None = None) -> OutboundCall:
+        """A call to the SIP URI ``to``, ready to run (its INVITE is sent by its
+        :meth:`~voxpipe.transports.sip.outbound.OutboundCall.run`); :class:`DialFailed` when
+        ``to`` cannot be called from here (400), its host is unknown (404) or unreachable, or
+        no socket or RTP port is free (503)."""
+        target = target_of(to)
+        flow = await self._flow_to(target)
+        host = self._local_host(flow)
+        try:
+            rtp_socket = bind_rtp(self.config.host, self.config.rtp_port_range)
+        except OSError as exc:
+            flow.close()
+            raise DialFailed(503, f"no RTP port free: {exc}") from exc
+        where = f"[{host}]" if ":" in host else host
+        tag, call_id = new_tag(), f"{secrets.token_hex(12)}@voxpipe"
+        contact = f"<sip:voxpipe@{where}:{flow.local[1]};transport={flow.transport.lower()}>"
+        caller = self.config.caller_id or f"sip:voxpipe@{where}"
+        offer = sdp.offer(self.config.codecs, host, rtp_socket.getsockname()[1])
+        via = f"SIP/2.0/{flow.transport} {where}:{flow.local[1]}"
+        request, data = invite(
+            target, caller, tag, call_id, contact, via, offer, self.config.user_agent
+        )
+        dialog = Dialog(
+            request,
+            tag,
+            host,
+            flow,
+            local=request.headers.get("from") or "",
+            remote=request.headers.get("to") or "",
+            remote_target=target.uri,
+            cseq=1,
+        )
+        call = OutboundCall(
+            admitted, dialog, rtp_socket, offer, data, self._forget, self.config.dial_timeout_s,
+            instructions,
+        )  # fmt: skip
+        self.calls[call_id] = call
+        return call
+
+    async def _flow_to(self, target: Target) -> UdpFlow | TcpFlow:
+        """Our UDP socket pointed at ``target``, or a new TCP connection to it (whose
+        messages are read as any other connection's)."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                found = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_DGRAM)
+        except (OSError, TimeoutError) as exc:
+            raise DialFailed(404, f"{target.host[:80]} cannot be resolved: {exc}") from exc
+        peer = (str(found[0][4][0]), int(found[0][4][1]))
+        if target.transport == "udp":
+            if self._udp is None:
+                raise DialFailed(503, "SIP over UDP is not listened on (sip.transports)")
+            return UdpFlow(self._udp, peer, self._udp.get_extra_info("sockname")[:2])
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                reader, writer = await asyncio.open_connection(*peer)
+        except (OSError, TimeoutError) as exc:
+            raise DialFailed(503, f"no TCP connection to {peer[0]}:{peer[1]}: {exc}") from exc
+        flow = TcpFlow(writer, peer, writer.get_extra_info("sockname")[:2])
+        reading = loop.create_task(
+            self._tcp_loop(reader, writer, flow), name=f"sip-tcp-{peer[0]}:{peer[1]}"
+        )
+        self._connections.add(reading)  # closed with the user agent
+        return flow
 
     # -- messages -----------------------------------------------------------------
 
@@ -342,7 +426,8 @@ class SipUserAgent:
         """A call is over: the last answer to its INVITE stays for a re-sent one."""
         if self.calls.get(call.call_id) is call:
             del self.calls[call.call_id]
-            self.recent.put(call.dialog.invite, call.last_response)
+            if call.last_response:  # a call we answered
+                self.recent.put(call.dialog.invite, call.last_response)
 
     def _bye(self, request: SipRequest, flow: Flow) -> None:
         call = self.calls.get(request.call_id)

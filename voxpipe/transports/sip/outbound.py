@@ -1,0 +1,321 @@
+"""A call we place (``POST /v1/calls`` with ``provider: sip``): the INVITE client
+transaction (RFC 3261, 17.1.1), then the same call as one we answer.
+
+The user agent (:meth:`~voxpipe.transports.sip.user_agent.SipUserAgent.dial`) writes the
+INVITE with our offer (:func:`~voxpipe.transports.sip.sdp.offer`: PCMU, PCMA,
+telephone-event) and hands it here. :meth:`OutboundCall._set_up` is then the whole
+transaction, one response at a time:
+
+- sent again over UDP at T1, 2 T1 ... until any answer comes (Timer A);
+- ``100``, ``180``, ``183``: the callee is there (ringing); early media is not played;
+- ``2xx``: the answer's SDP is read (one of our codecs: else ACK and BYE, 488), the dialog
+  takes the callee's tag, Contact and Record-Route, our ACK goes out (again for every 2xx
+  sent again), and the call runs as any other: the session, the agent's greeting first;
+- ``3xx``-``6xx``: ACKed, and the call fails with that status (:class:`DialFailed`);
+- no answer at all in ``sip.dial_timeout_s``: 408; ringing that long: CANCEL, and the 487
+  that follows is ACKed (a 2xx that crosses the CANCEL is ACKed and ended with BYE).
+
+:attr:`OutboundCall.outcome` tells whoever placed the call how it went: the session's id
+once answered, or the :class:`DialFailed` with the callee's status and reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from voxpipe.conversation.events import ErrorCode
+from voxpipe.transports.call import Call
+from voxpipe.transports.sip import sdp
+from voxpipe.transports.sip.call import ALLOW, SipCall
+from voxpipe.transports.sip.dialog import CallState, Dialog, Flow
+from voxpipe.transports.sip.media import RtpMedia
+from voxpipe.transports.sip.message import (
+    REASONS,
+    SIP_VERSION,
+    Outgoing,
+    SipError,
+    SipRequest,
+    SipResponse,
+    host_port,
+    new_branch,
+    parse,
+)
+
+log = logging.getLogger("voxpipe.sip")
+
+RESPONSES = 32  # answers to our INVITE waiting to be read; more are dropped (UDP re-sends)
+CANCEL_WAIT_S = 4.0  # how long a CANCEL waits for the INVITE's final answer
+
+
+class DialFailed(Exception):
+    """The call was not placed or not answered: the SIP status that says why (the callee's,
+    or 408 for no answer, 400 for a URI we cannot call, 503 for no room here) and a reason
+    safe to show the API caller."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a SIP URI says to send the INVITE."""
+
+    uri: str
+    host: str
+    port: int
+    transport: str  # "udp" or "tcp"
+
+
+def target_of(uri: str) -> Target:
+    """The request URI ``uri`` (``sip:user@host[:port][;transport=tcp]``) as a place to send
+    to; :class:`DialFailed` 400 for what this user agent cannot call (``sips:``, no host)."""
+    uri = uri.strip().removeprefix("<").removesuffix(">")
+    if not uri.startswith("sip:"):
+        raise DialFailed(400, "only sip: URIs are dialled (no TLS: sips: is not spoken)")
+    where = host_port(uri)
+    if where is None or not where[0]:
+        raise DialFailed(400, f"no host in {uri[:80]!r}")
+    params = {p.partition("=")[0].lower(): p.partition("=")[2].lower() for p in uri.split(";")[1:]}
+    transport = params.get("transport", "udp") or "udp"
+    if transport not in ("udp", "tcp"):
+        raise DialFailed(400, f"transport={transport[:16]} is not spoken (udp, tcp)")
+    return Target(uri, where[0], where[1], transport)
+
+
+def invite(
+    target: Target,
+    caller: str,
+    local_tag: str,
+    call_id: str,
+    contact: str,
+    via: str,
+    offer: bytes,
+    user_agent: str,
+) -> tuple[SipRequest, bytes]:
+    """Our INVITE, read as the callee will read it, and its bytes."""
+    out = Outgoing(f"INVITE {target.uri} {SIP_VERSION}")
+    out.add("Via", f"{via};branch={new_branch()};rport")
+    out.add("Max-Forwards", "70")
+    out.add("From", f"<{caller}>;tag={local_tag}")
+    out.add("To", f"<{target.uri}>")
+    out.add("Call-ID", call_id)
+    out.add("CSeq", "1 INVITE")
+    out.add("Contact", contact)
+    out.add("Allow", ALLOW)
+    out.add("User-Agent", user_agent)
+    out.body, out.content_type = offer, "application/sdp"
+    data = out.encode()
+    message = parse(data)
+    assert isinstance(message, SipRequest)
+    return message, data
+
+
+def in_transaction(invite: SipRequest, method: str, to: str | None = None) -> bytes:
+    """A CANCEL of our INVITE, or the ACK of its 3xx-6xx answer (then ``to`` is the
+    answer's To): the INVITE's request URI, top Via (its branch), From, Call-ID and CSeq
+    number (RFC 3261, 9.1 and 17.1.1.3)."""
+    cseq = invite.cseq
+    out = Outgoing(f"{method} {invite.uri} {SIP_VERSION}")
+    out.add("Via", invite.headers.all("via")[0])
+    out.add("Max-Forwards", "70")
+    out.add("From", invite.headers.get("from") or "")
+    out.add("To", to or invite.headers.get("to") or "")
+    out.add("Call-ID", invite.call_id)
+    out.add("CSeq", f"{cseq.number if cseq else 1} {method}")
+    return out.encode()
+
+
+class OutboundCall(SipCall):
+    """A call we place: the INVITE transaction, then :class:`SipCall`'s life."""
+
+    def __init__(
+        self,
+        call: Call,
+        dialog: Dialog,
+        rtp_socket: socket.socket,
+        offer: bytes,
+        invite_data: bytes,
+        forget: Callable[[SipCall], None],
+        timeout_s: float,
+        instructions: str | None = None,
+    ) -> None:
+        config = call.services.config.sip
+        codec = config.codecs[0]
+        pt = {name: pt for pt, name in sdp.STATIC.items()}[codec]
+        unknown = sdp.Negotiated(codec, pt, sdp.OFFERED_DTMF, (dialog.flow.peer[0], 0))
+        super().__init__(call, dialog, rtp_socket, unknown, offer, forget)
+        self.instructions = instructions
+        self.timeout_s = timeout_s
+        self._invite = invite_data
+        self.outcome: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.outcome.add_done_callback(_retrieved)
+        self._responses: asyncio.Queue[SipResponse] = asyncio.Queue(RESPONSES)
+        self._heard = asyncio.Event()  # any answer to the INVITE: no more re-sends
+        self._cancel_answered = asyncio.Event()
+        self._ringing = False
+        self._ack = b""  # our last ACK, sent again for its answer sent again
+
+    @property
+    def target(self) -> str:
+        return self.dialog.invite.uri
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            self._fail(503, f"the call ended before it was answered {self.why}".strip())
+            self.dialog.flow.close()  # a TCP connection of its own; UDP: nothing
+
+    # -- the INVITE transaction --------------------------------------------------
+
+    async def _set_up(self) -> bool:
+        log.info("sip call %s: calling %s", self.call_id, self.target)
+        self._resend(self._invite, self._heard, "INVITE")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while (left := deadline - loop.time()) > 0:
+            try:
+                answer = await asyncio.wait_for(self._responses.get(), left)
+            except TimeoutError:
+                break
+            if answer.status < 200:
+                if not self._ringing and answer.status > 100:
+                    log.info("sip call %s: %d %s", self.call_id, answer.status, answer.reason)
+                self._ringing = self._ringing or answer.status > 100
+                continue
+            if answer.status < 300:
+                return await self._accept(answer)
+            self._ack_failure(answer)
+            reason = answer.reason or REASONS.get(answer.status, "")
+            return self._fail(answer.status, f"{self.target} answered {answer.status} {reason}")
+        if not self._heard.is_set():  # Timer B: nobody there
+            return self._fail(408, f"no answer from {self.target} in {self.timeout_s:g} s")
+        return await self._give_up()
+
+    async def _accept(self, answer: SipResponse) -> bool:
+        """A 2xx: the dialog is up; the call runs if its SDP names one of our codecs."""
+        self.dialog.called(answer)
+        self._next_hop()
+        try:
+            if answer.content_type != "application/sdp" or not answer.body:
+                raise SipError(488, "the 2xx carries no SDP answer")
+            chosen = sdp.accept_answer(sdp.parse_offer(answer.body), self.config.codecs)
+        except SipError as exc:
+            self._send_ack()
+            self._set_state(CallState.CONFIRMED, "(2xx, ACK sent)")
+            self._hang_up_ours(f"(an answer we cannot use: {exc.detail})")
+            return self._fail(488, f"{self.target}'s answer: {exc.detail}")
+        self.media = RtpMedia(
+            self.media.sock,
+            chosen,
+            self,
+            self.config.jitter_packets,
+            self.call.services.config.audio.max_frame_ms,
+        )
+        await self._start_media(self.dialog.remote)
+        self._send_ack()
+        self._set_state(CallState.CONFIRMED, f"({answer.status}, ACK sent)")
+        assert self.session is not None
+        if not self.outcome.done():
+            self.outcome.set_result(self.session.id)
+        return True
+
+    async def _give_up(self) -> bool:
+        """Ringing for ``timeout_s``: CANCEL, then the INVITE's 487 (ACKed)."""
+        self._send_cancel()
+        why = f"{self.target} did not answer in {self.timeout_s:g} s (cancelled)"
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CANCEL_WAIT_S):
+                while True:
+                    answer = await self._responses.get()
+                    if answer.status >= 300:
+                        self._ack_failure(answer)
+                        break
+                    if answer.status >= 200:  # answered as we gave up: we hang up
+                        self.dialog.called(answer)
+                        self._next_hop()
+                        self._send_ack()
+                        self._set_state(CallState.CONFIRMED, "(2xx after our CANCEL)")
+                        self._hang_up_ours("(answered after the CANCEL)")
+                        break
+        return self._fail(487, why)
+
+    def _end_unanswered(self) -> None:
+        """The server ends a call still ringing (drain, shutdown): CANCEL it."""
+        if self._heard.is_set():
+            self._send_cancel()
+        self._fail(503, "the server ended the call before it was answered")
+
+    def _fail(self, status: int, reason: str) -> bool:
+        if not self.outcome.done():
+            log.warning(
+                "sip call %s to %s failed: %d %s", self.call_id, self.target, status, reason
+            )
+            self.metrics.errors.labels(ErrorCode.CALL_FAILED).inc()
+            self.outcome.set_exception(DialFailed(status, reason))
+        self._set_state(CallState.TERMINATED, f"({status} {reason})")
+        return False
+
+    # -- what we send ------------------------------------------------------------
+
+    def _send_ack(self) -> None:
+        """The ACK of a 2xx: a request of the dialog, with the INVITE's CSeq (13.2.2.4)."""
+        invite_cseq = self.dialog.invite.cseq
+        number = invite_cseq.number if invite_cseq else 1
+        out = self.dialog.request("ACK", self.config.user_agent, number)
+        self._ack = out.encode()
+        self.dialog.flow.send(self._ack)
+
+    def _ack_failure(self, answer: SipResponse) -> None:
+        """The ACK of a 3xx-6xx: part of the INVITE's transaction (17.1.1.3)."""
+        self._ack = in_transaction(self.dialog.invite, "ACK", answer.headers.get("to"))
+        self.dialog.flow.send(self._ack)
+
+    def _send_cancel(self) -> None:
+        data = in_transaction(self.dialog.invite, "CANCEL")
+        self._resend(data, self._cancel_answered, "CANCEL")
+
+    def _next_hop(self) -> None:
+        """Over UDP, the dialog's requests go to its first route, else the callee's Contact,
+        when that is an address (a name keeps the flow the INVITE went on)."""
+        flow: Flow = self.dialog.flow
+        if flow.reliable:
+            return
+        hop = self.dialog.routes[0] if self.dialog.routes else self.dialog.remote_target
+        where = host_port(hop.strip().removeprefix("<").split(">")[0])
+        if where is None:
+            return
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(where[0])
+            flow.peer = where
+
+    # -- what comes back ---------------------------------------------------------
+
+    def response_received(self, message: SipResponse) -> None:
+        cseq = message.cseq
+        if cseq is None or message.from_tag != self.dialog.local_tag:
+            return
+        if cseq.method == "CANCEL":
+            self._cancel_answered.set()
+        elif cseq.method != "INVITE":
+            super().response_received(message)  # our BYE's, our REFER's
+        elif self.state is CallState.RINGING:
+            self._heard.set()
+            with contextlib.suppress(asyncio.QueueFull):
+                self._responses.put_nowait(message)
+        elif message.status >= 200 and self._ack:  # a final answer again: our ACK was lost
+            self.dialog.flow.send(self._ack)
+
+
+def _retrieved(outcome: asyncio.Future[str]) -> None:
+    """A failure nobody waited for (the API caller went away) is not an asyncio warning."""
+    if not outcome.cancelled():
+        outcome.exception()
