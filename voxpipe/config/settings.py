@@ -11,7 +11,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from voxpipe.config.auth import AuthConfig
-from voxpipe.config.engines import LlmConfig, RemoteLlmConfig, SttConfig, TtsConfig, VadConfig
+from voxpipe.config.engines import (
+    LlmConfig,
+    RemoteLlmConfig,
+    SttConfig,
+    TtsConfig,
+    TurnModelConfig,
+    VadConfig,
+)
 from voxpipe.config.observability import TracingConfig
 from voxpipe.config.server import DeadlineConfig, LimitsConfig, ServerConfig
 from voxpipe.config.sip import SipConfig
@@ -30,6 +37,7 @@ class Config(BaseSettings):
 
     vad: VadConfig = Field(default_factory=VadConfig)
     turn: TurnConfig = Field(default_factory=TurnConfig)
+    turn_model: TurnModelConfig = Field(default_factory=TurnModelConfig)
     stt: SttConfig = Field(default_factory=SttConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     remote_llm: RemoteLlmConfig = Field(default_factory=RemoteLlmConfig)

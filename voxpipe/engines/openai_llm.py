@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from voxpipe.config import LlmConfig, RemoteLlmConfig
+from voxpipe.config import Config, LlmConfig, RemoteLlmConfig
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
@@ -38,6 +39,7 @@ from voxpipe.engines.base import (
     LlmUsage,
     ToolSpec,
 )
+from voxpipe.engines.factory import BuildContext, ModelInfo
 from voxpipe.engines.openai_tools import ToolCallAssembler, openai_message
 
 RETRY_STATUSES = frozenset({429, 502, 503})
@@ -265,3 +267,17 @@ def _retry_wait_s(response: httpx.Response, attempt: int) -> float:
     except ValueError:
         wait = 0.1 * 2**attempt
     return max(0.0, min(MAX_RETRY_WAIT_S, wait))
+
+
+class OpenAiFactory:
+    """The client of a remote model (``llm.engine: openai``), set up in ``remote_llm``."""
+
+    def build(self, config: Config, context: BuildContext) -> OpenAiCompatibleLlm:
+        return OpenAiCompatibleLlm(config.remote_llm, config.llm, context.on_refusal)
+
+    def describe(self, config: Config, assemble: bool) -> ModelInfo:
+        address = Path(config.remote_llm.base_url)
+        return ModelInfo("llm", "openai-compatible", address, 0, remote=True)
+
+
+FACTORY = OpenAiFactory()

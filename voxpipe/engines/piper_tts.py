@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken
+from voxpipe.engines.factory import BuildContext, ModelInfo
 
 
 def default_model_path() -> Path:
@@ -102,3 +104,18 @@ class PiperTts:
     def warmup(self) -> None:
         for _ in self.synthesize("Hello there, how are you?", CancelToken()):
             pass
+
+
+class PiperFactory:
+    """Builds a Piper voice from the ``tts`` section (``tts.engine: piper``)."""
+
+    def build(self, config: Config, context: BuildContext) -> PiperTts:
+        tts = config.tts
+        return PiperTts(tts.model_path, threads=tts.threads, length_scale=tts.length_scale)
+
+    def describe(self, config: Config, assemble: bool) -> ModelInfo:
+        path = config.tts.model_path or default_model_path()
+        return ModelInfo("tts", "piper (onnxruntime)", path, config.tts.threads)
+
+
+FACTORY = PiperFactory()

@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from voxpipe.config import Config
+from voxpipe.engines.factory import BuildContext, ModelInfo
+
 WINDOW = 512  # 32 ms at 16 kHz, the window Silero v6 was trained on
 CONTEXT = 64  # samples of the previous window the model sees in front of each window
 
@@ -63,3 +66,17 @@ class SileroVad:
 
     def warmup(self) -> None:
         self.new_stream().process(np.zeros(WINDOW * 4, dtype=np.float32))
+
+
+class SileroFactory:
+    """Builds Silero from the ``vad`` section (``vad.engine: silero``)."""
+
+    def build(self, config: Config, context: BuildContext) -> SileroVad:
+        return SileroVad(config.vad.model_path, threads=config.vad.threads)
+
+    def describe(self, config: Config, assemble: bool) -> ModelInfo:
+        path = config.vad.model_path or default_model_path()
+        return ModelInfo("vad", "silero-vad-v6 (onnxruntime)", path, config.vad.threads)
+
+
+FACTORY = SileroFactory()

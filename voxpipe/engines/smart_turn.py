@@ -22,7 +22,14 @@ import numpy as np
 import onnxruntime
 from numpy.lib.stride_tricks import sliding_window_view
 
-from voxpipe.engines.model_files import ModelFileError
+from voxpipe.config import Config
+from voxpipe.engines.factory import BuildContext, ModelInfo
+from voxpipe.engines.model_files import (
+    SMART_TURN,
+    ModelFileError,
+    ensure_wheel_member,
+    smart_turn_file,
+)
 
 SAMPLE_RATE = 16000
 WINDOW_S = 8
@@ -95,3 +102,19 @@ class SmartTurn:
 
     def warmup(self) -> None:
         self.probability_complete(np.zeros(SAMPLE_RATE, dtype=np.float32))
+
+
+class SmartTurnFactory:
+    """Builds Smart Turn (``turn_model.engine: smart_turn``), its file taken out of the
+    pipecat-ai wheel into ``llm.cache_dir`` the first time."""
+
+    def build(self, config: Config, context: BuildContext) -> SmartTurn:
+        return SmartTurn(ensure_wheel_member(config.llm.cache_dir, SMART_TURN), threads=1)
+
+    def describe(self, config: Config, assemble: bool) -> ModelInfo:
+        cache = config.llm.cache_dir
+        path = ensure_wheel_member(cache, SMART_TURN) if assemble else smart_turn_file(cache)
+        return ModelInfo("turn", "smart-turn-v3.2 (onnxruntime)", path, 1)
+
+
+FACTORY = SmartTurnFactory()

@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from voxpipe.config import Config
 from voxpipe.engines.base import STT_SAMPLE_RATE, Transcription
+from voxpipe.engines.factory import BuildContext, ModelInfo
 from voxpipe.engines.whisper_window import (
     WINDOW_BUCKETS_S,
     choose_window,
@@ -252,3 +254,26 @@ class WhisperStt:
     @staticmethod
     def _result(text: str, audio: np.ndarray, language: str) -> Transcription:
         return Transcription(text=text, language=language, audio_s=audio.shape[0] / STT_SAMPLE_RATE)
+
+
+class WhisperFactory:
+    """Builds Whisper from the ``stt`` section (``stt.engine: whisper``)."""
+
+    def build(self, config: Config, context: BuildContext) -> WhisperStt:
+        stt = config.stt
+        return WhisperStt(
+            stt.model_path,
+            compute_type=stt.compute_type,
+            threads=stt.threads,
+            language=stt.language,
+            beam_size=stt.beam_size,
+            window=stt.window,
+        )
+
+    def describe(self, config: Config, assemble: bool) -> ModelInfo:
+        stt = config.stt
+        path = stt.model_path or default_model_path()
+        return ModelInfo("stt", f"faster-whisper {stt.compute_type}", path, stt.threads)
+
+
+FACTORY = WhisperFactory()
