@@ -20,7 +20,8 @@ from voxpipe.observability.metrics import Metrics
 from voxpipe.observability.turn_log import TurnLog
 from voxpipe.server.calls import CallRegistry
 from voxpipe.transports.call import Call
-from voxpipe.transports.telephony.base import MediaStream, Provider
+from voxpipe.transports.telephony.base import Provider
+from voxpipe.transports.telephony.media_stream import MediaStream
 
 LOUD_PCM = np.full(160, 16384, dtype="<i2").tobytes()  # 20 ms at 8 kHz the fake VAD hears
 QUIET_PCM = bytes(320)
