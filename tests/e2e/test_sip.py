@@ -249,13 +249,17 @@ class Baresip:
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def dial(cls, config: Path, recordings: Path, uri: str) -> Baresip:
+    async def start(cls, config: Path, recordings: Path, *options: str) -> Baresip:
         process = await asyncio.create_subprocess_exec(
-            "baresip", "-f", str(config), "-e", f"/dial {uri}",
+            "baresip", "-f", str(config), *options,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         return cls(process, recordings)
+
+    @classmethod
+    async def dial(cls, config: Path, recordings: Path, uri: str) -> Baresip:
+        return await cls.start(config, recordings, "-e", f"/dial {uri}")
 
     async def _read(self) -> None:
         assert self.process.stdout is not None
@@ -289,8 +293,12 @@ class Baresip:
 
     async def speak(self, wav: Path) -> None:
         """From now on the microphone plays ``wav`` (the call ends when it does)."""
+        await self.command(f"/ausrc aufile,{wav}")
+
+    async def command(self, line: str) -> None:
+        """One of baresip's commands on its stdin (``/hangup``, ``/ausrc ...``)."""
         assert self.process.stdin is not None
-        self.process.stdin.write(f"/ausrc aufile,{wav}\n".encode())
+        self.process.stdin.write(f"{line}\n".encode())
         await self.process.stdin.drain()
 
     async def close(self) -> None:

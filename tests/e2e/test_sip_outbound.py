@@ -1,0 +1,181 @@
+"""Calls the server places itself (``POST /v1/calls`` with ``provider: sip``), answered by
+``baresip`` (Debian's, headless, answering on its own), with the real models.
+
+The agent has a greeting: once baresip answers, the agent speaks first, baresip records what
+it hears, and Whisper hears the greeting's words in the recording. The callee then asks a
+question (a WAV as its microphone) and hears an answer. The POST's answer says the call was
+answered; the same POST again (its Idempotency-Key) gets the same answer and baresip no
+second call. baresip hangs up; the server's calls go back to 0. A callee that refuses
+(baresip with no such account: 404) is the API's ``call_failed`` with that SIP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import jiwer
+import numpy as np
+import pytest
+
+from tests.e2e.test_sip import (
+    RATE,
+    Baresip,
+    _baresip_config,
+    _free_sip_port,
+    _turns,
+    _until_no_calls,
+    _voiced,
+    _wav,
+)
+from tests.support import RunningServer, normalised, serving, tracebacks, voiced
+from voxpipe.audio.pcm import pcm16_to_float
+from voxpipe.audio.resample import resample
+from voxpipe.engines.base import STT_SAMPLE_RATE
+from voxpipe.engines.whisper_stt import WhisperStt
+
+pytestmark = pytest.mark.e2e
+
+KEY = "outbound-sip-e2e-key-0123456789abcdef"
+GREETING = "Hello, this is the Voxpipe agent calling about your table for two tonight."
+QUESTION = "What time is the table booked for?"
+LISTEN_S = 8  # the callee listens to the greeting before it asks
+WAIT_S = 40  # then listens for the answer
+
+
+@pytest.fixture(scope="module")
+def dialer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server that dials SIP, serving an agent with a greeting."""
+    folder = tmp_path_factory.mktemp("sip-outbound")
+    agent = folder / "caller.yaml"
+    agent.write_text(
+        "instructions: |\n"
+        "  You call to confirm a table for two at eight tonight. Answer in one sentence.\n"
+        f"greeting: {GREETING}\n"
+    )
+    env = {
+        "VOXPIPE_AGENT": str(agent),
+        "VOXPIPE_AUTH__API_KEYS": f'["{KEY}"]',
+        "VOXPIPE_SIP__ENABLED": "true",
+        "VOXPIPE_SIP__HOST": "127.0.0.1",
+        "VOXPIPE_SIP__PORT": str(_free_sip_port()),
+        "VOXPIPE_SIP__DIAL_TIMEOUT_S": "20",
+    }
+    yield from serving(folder, env)
+
+
+@pytest.fixture(scope="module")
+def whisper() -> WhisperStt:
+    engine = WhisperStt(threads=1)
+    engine.warmup()
+    return engine
+
+
+def _answering(folder: Path, port: int, mode: str = "auto") -> None:
+    """baresip's account: it answers every call at once (``auto``), or lets it ring."""
+    account = f"<sip:callee@127.0.0.1:{port}>;answermode={mode};regint=0\n"
+    (folder / "accounts").write_text(account)
+    config = folder / "config"
+    config.write_text(
+        config.read_text().replace("sip_listen 127.0.0.1:0", f"sip_listen 127.0.0.1:{port}")
+    )
+
+
+async def _post(server: RunningServer, to: str, key: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=60) as http:
+        return await http.post(
+            f"{server.http}/v1/calls",
+            json={"to": to, "provider": "sip"},
+            headers={"Authorization": f"Bearer {KEY}", "Idempotency-Key": key},
+        )
+
+
+async def test_baresip_answers_hears_the_greeting_and_an_answer(
+    dialer: RunningServer, whisper: WhisperStt, tmp_path: Path
+) -> None:
+    question, rate = voiced(QUESTION)
+    says = _wav(
+        tmp_path / "callee.wav",
+        np.zeros(LISTEN_S * RATE, np.float32),  # listens to the greeting
+        resample(question, rate, RATE),
+        np.zeros(WAIT_S * RATE, np.float32),  # listens to the answer
+    )
+    port = _free_sip_port()
+    folder = tmp_path / "baresip"
+    _baresip_config(folder, says, tmp_path / "heard")
+    _answering(folder, port)
+    callee = await Baresip.start(folder, tmp_path / "heard")
+    try:
+        await callee.until(lambda: "baresip is ready" in callee.said, 20, "baresip started")
+        to = f"sip:callee@127.0.0.1:{port}"
+        answered = await _post(dialer, to, "e2e-call-1")
+        assert answered.status_code == 201, answered.text
+        placed = answered.json()
+        assert placed["status"] == "answered" and placed["provider"] == "sip"
+
+        again = await _post(dialer, to, "e2e-call-1")  # a client's retry
+        assert again.json() == placed and again.headers["idempotent-replayed"] == "true"
+
+        # The greeting, then the callee's question and the agent's answer to it.
+        await callee.until(
+            lambda: _voiced(callee.heard()[(LISTEN_S + 4) * RATE :]).sum() * 0.02 >= 1.0,
+            WAIT_S,
+            "an answer to the question was heard",
+        )
+        await asyncio.sleep(3.0)
+        await callee.command("/hangup")
+        await callee.until(lambda: callee.hung_up, 20, "the callee hung up")
+    finally:
+        await callee.close()
+    _until_no_calls(dialer)
+    assert _incoming(callee) == 1, callee.said[-2000:]  # the retry placed no second call
+
+    heard = callee.heard()
+    greeting = pcm16_to_float(heard[: LISTEN_S * RATE].tobytes())
+    words = normalised(whisper.transcribe(resample(greeting, RATE, STT_SAMPLE_RATE)).text)
+    assert jiwer.wer(normalised(GREETING), words) <= 0.3, words
+
+    turns = await _turns(dialer, 1)
+    asked = turns[0]
+    assert jiwer.wer(normalised(QUESTION), normalised(asked["transcript"])) <= 0.3, asked
+    reply_audio = pcm16_to_float(heard[(LISTEN_S + 3) * RATE :].tobytes())
+    reply_words = normalised(whisper.transcribe(resample(reply_audio, RATE, STT_SAMPLE_RATE)).text)
+    generated = normalised(asked["generated"])
+    # A filler ("One moment") may come first, when the answer's first word is late.
+    heard_words = reply_words.split()
+    closest = min(jiwer.wer(generated, " ".join(heard_words[k:])) for k in range(3))
+    assert heard_words and closest <= 0.3, (reply_words, generated)
+    assert not tracebacks(dialer.log_path.read_text())
+
+
+async def test_a_callee_that_refuses_is_the_api_s_error(
+    dialer: RunningServer, tmp_path: Path
+) -> None:
+    port = _free_sip_port()
+    folder = tmp_path / "baresip"
+    silence = _wav(tmp_path / "silence.wav", np.zeros(RATE, np.float32))
+    _baresip_config(folder, silence, tmp_path / "heard")
+    _answering(folder, port, "manual")
+    callee = await Baresip.start(folder, tmp_path / "heard")
+    try:
+        await callee.until(lambda: "baresip is ready" in callee.said, 20, "baresip started")
+        placing = asyncio.create_task(
+            _post(dialer, f"sip:callee@127.0.0.1:{port}", "e2e-call-refused")
+        )
+        await callee.until(lambda: _incoming(callee) == 1, 20, "the call rang")
+        await callee.command("/hangup")  # rejected while ringing
+        refused = await asyncio.wait_for(placing, 30)
+    finally:
+        await callee.close()
+    assert refused.status_code == 502, refused.text
+    error = refused.json()
+    assert error["code"] == "call_failed" and 400 <= error["sip_status"] < 700, error
+    _until_no_calls(dialer)
+
+
+def _incoming(callee: Baresip) -> int:
+    """The calls that reached baresip: answered at once, or ringing."""
+    return len(re.findall(r"answering call on line|[Ii]ncoming call", callee.said))
