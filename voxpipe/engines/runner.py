@@ -65,6 +65,67 @@ class _Failure:
 _DONE = object()
 
 
+class _Feed:
+    """The engine thread's side of one :meth:`EngineRunner.stream`: it pulls the items and
+    hands each to the reader's bounded queue, waits while the gate is clear, and stops at
+    the next item once the reader has left (``stop``)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[object],
+        gate: threading.Event | None,
+        max_hold_s: float,
+    ) -> None:
+        self.loop = loop
+        self.queue = queue
+        self.gate = gate
+        self.max_hold_s = max_hold_s
+        self.stop = threading.Event()  # set by the reader when it leaves
+
+    def push(self, item: object) -> bool:
+        """Hand ``item`` to the reader, waiting while its queue is full; False if the
+        reader left meanwhile."""
+        fut = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
+        while True:
+            try:
+                fut.result(timeout=0.05)
+                return True
+            except TimeoutError:
+                if self.stop.is_set():
+                    fut.cancel()
+                    return False
+
+    def hold(self) -> None:
+        """Wait while the gate is clear, in short slices that also watch ``stop``."""
+        deadline = time.monotonic() + self.max_hold_s
+        gate = self.gate
+        while gate is not None and not gate.is_set() and not self.stop.is_set():
+            if time.monotonic() >= deadline:
+                return
+            gate.wait(0.01)
+
+    def pull(self, produce: Callable[[], Iterator[object]], clock: JobClock) -> object:
+        """Iterate ``produce()`` into the queue until it ends or the reader leaves; what to
+        hand over last: the end, or the failure the reader raises."""
+        try:
+            items = iter(produce())
+            while True:
+                self.hold()
+                if self.stop.is_set():
+                    break
+                item = next(items, _DONE)
+                if item is _DONE:
+                    break
+                if clock.first_item_ns == 0:
+                    clock.first_item_ns = time.monotonic_ns()
+                if self.stop.is_set() or not self.push(item):
+                    break
+        except BaseException as error:  # handed to the reader
+            return _Failure(error)
+        return _DONE
+
+
 @dataclass(order=True)
 class _Queued:
     deadline_ns: int
@@ -242,52 +303,19 @@ class EngineRunner:
         clock = clock or JobClock()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[object] = asyncio.Queue(max_buffered)
-        stop = threading.Event()
-
-        def push(item: object) -> bool:
-            fut = asyncio.run_coroutine_threadsafe(queue.put(item), loop)
-            while True:
-                try:
-                    fut.result(timeout=0.05)
-                    return True
-                except TimeoutError:
-                    if stop.is_set():
-                        fut.cancel()
-                        return False
-
-        def hold() -> None:
-            """Wait while the gate is clear, in short slices that also watch ``stop``."""
-            deadline = time.monotonic() + max_hold_s
-            while gate is not None and not gate.is_set() and not stop.is_set():
-                if time.monotonic() >= deadline:
-                    return
-                gate.wait(0.01)
+        feed = _Feed(loop, queue, gate, max_hold_s)
 
         def job() -> None:
             self._start(clock)
-            outcome: object = _DONE
-            if stop.is_set():  # the reader left while we were queued: do no work
+            if feed.stop.is_set():  # the reader left while we were queued: do no work
                 self._finish(clock)
                 return
             try:
-                items = iter(produce())
-                while True:
-                    hold()
-                    if stop.is_set():
-                        break
-                    item = next(items, _DONE)
-                    if item is _DONE:
-                        break
-                    if clock.first_item_ns == 0:
-                        clock.first_item_ns = time.monotonic_ns()
-                    if stop.is_set() or not push(item):
-                        break
-            except BaseException as error:  # handed to the reader
-                outcome = _Failure(error)
+                outcome = feed.pull(produce, clock)
             finally:
                 self._finish(clock)
-            if not stop.is_set():
-                push(outcome)
+            if not feed.stop.is_set():
+                feed.push(outcome)
 
         # The job runs in the reader's context, so what the engine logs carries the reader's
         # call and turn ids (one copy per job, not per item).
@@ -304,7 +332,7 @@ class EngineRunner:
                     raise item.error
                 yield cast(T, item)
         finally:
-            stop.set()
+            feed.stop.set()
             await asyncio.gather(self._wait(future), return_exceptions=True)
 
     def close(self) -> None:

@@ -86,6 +86,21 @@ class ToolTiming:
     started_ns: int
     status: str = "running"
 
+    def record(self, tl: TurnTimeline) -> None:
+        """The call is over (or its reply is): its time and its entry in the turn's record."""
+        now = time.monotonic_ns()
+        duration_s = (now - self.started_ns) / 1e9
+        tl.compute_s["tool"] = tl.compute_s.get("tool", 0.0) + duration_s
+        origin = tl.marks_ns.get("speech_end", self.started_ns)
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "call_id": self.call_id,
+            "status": self.status,
+            "started_ms": _ms(self.started_ns - origin),
+            "duration_ms": _ms(now - self.started_ns),
+        }
+        tl.counters.setdefault("tools", []).append(entry)
+
 
 class StageTimer:
     """The timing of one reply. Deadlines count from the end of the caller's speech;
@@ -153,7 +168,7 @@ class StageTimer:
         """The LLM asked for the reply (``job``: its stream's clock; ``usage``: what it
         counts) until it stops."""
         self._llm_job = job
-        with self._stage("llm", lambda: self._llm_attributes(job, usage)) as span:
+        with self._stage("llm", lambda: _llm_attributes(self._turn.model, job, usage)) as span:
             self._llm_span = span
             self.timeline.mark("llm_request")
             yield
@@ -162,29 +177,6 @@ class StageTimer:
         """The LLM stage's trace context (``traceparent``), for a remote engine's request:
         its spans become the stage's children. Empty when tracing is off."""
         return self._llm_span.traceparent()
-
-    def _llm_attributes(self, job: JobTimes, usage: TokenUsage | None) -> Attributes:
-        """The gen_ai semantic conventions, and what voxpipe knows beyond them."""
-        attributes: dict[str, AttributeValue] = {
-            **self._turn.model,
-            "gen_ai.operation.name": "chat",
-            **_job_attributes(job),
-        }
-        if job.started_ns and job.first_item_ns:
-            attributes["voxpipe.llm.ttft_ms"] = _ms(job.first_item_ns - job.started_ns)
-        if usage is not None:
-            attributes.update(
-                {
-                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
-                    "gen_ai.usage.output_tokens": usage.completion_tokens,
-                    "voxpipe.llm.prefill_tokens": usage.prefill_tokens,
-                    "voxpipe.llm.reused_tokens": usage.reused_tokens,
-                    "voxpipe.llm.state_restored": usage.state_restored,
-                }
-            )
-            if usage.finish_reason:
-                attributes["gen_ai.response.finish_reasons"] = (usage.finish_reason,)
-        return attributes
 
     def token(self) -> None:
         self.timeline.mark("llm_first_token")
@@ -267,21 +259,7 @@ class StageTimer:
             with self._stage("tool", attributes):
                 yield timing
         finally:
-            self._tool_done(timing)
-
-    def _tool_done(self, timing: ToolTiming) -> None:
-        tl, now = self.timeline, time.monotonic_ns()
-        duration_s = (now - timing.started_ns) / 1e9
-        tl.compute_s["tool"] = tl.compute_s.get("tool", 0.0) + duration_s
-        origin = tl.marks_ns.get("speech_end", timing.started_ns)
-        entry: dict[str, Any] = {
-            "name": timing.name,
-            "call_id": timing.call_id,
-            "status": timing.status,
-            "started_ms": _ms(timing.started_ns - origin),
-            "duration_ms": _ms(now - timing.started_ns),
-        }
-        tl.counters.setdefault("tools", []).append(entry)
+            timing.record(self.timeline)
 
     def phrase_sent(self, at_ns: int) -> None:
         """A frame of a phrase said while a tool ran (not the answer) went out."""
@@ -397,6 +375,30 @@ _SPOKEN = ("filler_sent", "tool_phrase_sent")  # audio the caller hears before t
 
 def _ms(ns: int) -> float:
     return round(ns / 1e6, 3)
+
+
+def _llm_attributes(model: Attributes, job: JobTimes, usage: TokenUsage | None) -> Attributes:
+    """The LLM span's: the gen_ai semantic conventions, and what voxpipe knows beyond them."""
+    attributes: dict[str, AttributeValue] = {
+        **model,
+        "gen_ai.operation.name": "chat",
+        **_job_attributes(job),
+    }
+    if job.started_ns and job.first_item_ns:
+        attributes["voxpipe.llm.ttft_ms"] = _ms(job.first_item_ns - job.started_ns)
+    if usage is not None:
+        attributes.update(
+            {
+                "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": usage.completion_tokens,
+                "voxpipe.llm.prefill_tokens": usage.prefill_tokens,
+                "voxpipe.llm.reused_tokens": usage.reused_tokens,
+                "voxpipe.llm.state_restored": usage.state_restored,
+            }
+        )
+        if usage.finish_reason:
+            attributes["gen_ai.response.finish_reasons"] = (usage.finish_reason,)
+    return attributes
 
 
 def _job_attributes(job: JobTimes) -> Attributes:
