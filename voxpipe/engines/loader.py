@@ -98,7 +98,7 @@ def load_engines(
 
 def warm_one(engine: VadEngine | SttEngine | LlmEngine | TtsEngine | TurnModel) -> None:
     """One warm-up inference, timed in the log. Run it on the thread that will serve the
-    engine's calls (the server's runner): see ``server/app.py``."""
+    engine's calls (the server's runner): see ``server/startup.py``."""
     t = time.monotonic()
     engine.warmup()
     log.info("warmed %s in %.2f s", engine.name, time.monotonic() - t)

@@ -14,7 +14,7 @@ import uvicorn
 from voxpipe.agent import Agent
 from voxpipe.config import Config
 from voxpipe.loadtest.server_process import free_port
-from voxpipe.server.app import EngineFactory, create_app
+from voxpipe.server.app import EnginesLoader, create_app
 
 
 def quiet_config(**sections: Any) -> Config:
@@ -31,7 +31,7 @@ def quiet_config(**sections: Any) -> Config:
 
 @contextlib.asynccontextmanager
 async def serving(
-    config: Config, engines: EngineFactory, timeout_s: float, agent: Agent | None = None
+    config: Config, engines: EnginesLoader, timeout_s: float, agent: Agent | None = None
 ) -> AsyncIterator[tuple[int, httpx.AsyncClient]]:
     """The app on a free port, once ``/readyz`` says ready; its port and an HTTP client.
     ``agent``: the one it serves (default: the configured one, the plain assistant)."""
