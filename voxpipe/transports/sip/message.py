@@ -19,9 +19,12 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from voxpipe.observability.printable import check_id
+
 SIP_VERSION = "SIP/2.0"
 BRANCH_MAGIC = "z9hG4bK"  # RFC 3261 branch ids start with this
 MAX_HEADERS = 100
+MAX_CALL_ID_CHARS = 256  # RFC 3261 sets none; a caller's id in our logs and dialogs
 
 COMPACT = {
     "i": "call-id",
@@ -172,6 +175,10 @@ class SipRequest(SipMessage):
             raise SipError(400, f"CSeq method {cseq.method} is not {self.method}", self.headers)
         if self.from_tag is None:
             raise SipError(400, "From has no tag", self.headers)
+        try:  # a Call-ID is the caller's id for the call: printable, as every id is
+            check_id(self.call_id.strip(), MAX_CALL_ID_CHARS)
+        except ValueError as exc:
+            raise SipError(400, f"Call-ID: {exc}", self.headers) from None
 
 
 @dataclass(frozen=True)
