@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 
 SipCodec = Literal["PCMU", "PCMA"]
 SipTransport = Literal["udp", "tcp"]
@@ -80,10 +80,55 @@ class SipConfig(BaseModel):
         description="The From URI of calls placed to SIP URIs (what the callee sees); None: "
         "sip:voxpipe@<this server's address>. With a registration, its address of record.",
     )
+    registrar: str | None = Field(
+        None,
+        pattern=r"^sip:[!-~]{3,250}$",
+        description="Register with this trunk or registrar (sip:host[:port][;transport=tcp]) "
+        "so that it sends calls here; None: no registration (the trunk sends calls to "
+        "this server's address). Needs username and password.",
+    )
+    username: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="The registration's user: its address of record is "
+        "sip:<username>@<register_domain>, and its digest username unless auth_username.",
+    )
+    password: SecretStr | None = Field(
+        None, description="The registration's digest password (MD5 or SHA-256, RFC 2617/7616)."
+    )
+    auth_username: str | None = Field(
+        None, max_length=128, description="The digest username when it is not username."
+    )
+    register_domain: str | None = Field(
+        None,
+        max_length=253,
+        description="The domain of the address of record; None: the registrar's host.",
+    )
+    register_expires_s: int = Field(
+        3600,
+        ge=1,
+        le=86400,
+        description="The registration's lifetime asked for; it is renewed when 80% of what "
+        "the registrar granted has passed, and removed (Expires: 0) at shutdown.",
+    )
+    register_retry_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="After a failed registration (refused, wrong credentials, no answer), "
+        "the wait before it is tried again.",
+    )
     max_message_bytes: int = Field(
         16384, ge=1024, le=65535, description="The largest SIP message taken; larger: 413."
     )
     user_agent: str = Field("voxpipe", description="The User-Agent/Server header's value.")
+
+    @model_validator(mode="after")
+    def _registration_complete(self) -> SipConfig:
+        if self.registrar is not None and (self.username is None or self.password is None):
+            raise ValueError("registrar: set username and password too")
+        return self
 
     @model_validator(mode="after")
     def _ports_in_order(self) -> SipConfig:

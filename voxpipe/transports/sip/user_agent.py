@@ -22,6 +22,10 @@ every error answer is counted (``voxpipe_sip_refused_total{status}``) and logged
 :data:`LOGGED_REFUSALS`; then counted only). Nothing here takes the server down: one bad
 packet is one refusal.
 
+With ``sip.registrar`` set, the user agent also keeps a registration there
+(:mod:`registration`), so that a trunk sends its calls here; calls it places go out
+through :meth:`SipUserAgent.dial` (:mod:`outbound`).
+
 Responses go back where the request came from (its UDP source, its TCP connection), as
 RFC 3581's rport asks, which also reaches a caller behind NAT.
 """
@@ -57,6 +61,7 @@ from voxpipe.transports.sip.message import (
     response,
 )
 from voxpipe.transports.sip.outbound import DialFailed, OutboundCall, Target, invite, target_of
+from voxpipe.transports.sip.registration import Registration
 
 log = logging.getLogger("voxpipe.sip")
 
@@ -160,6 +165,7 @@ class SipUserAgent:
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.registration: Registration | None = None  # with a trunk (sip.registrar)
 
     # -- the sockets --------------------------------------------------------------
 
@@ -177,9 +183,15 @@ class SipUserAgent:
             self._tcp = await asyncio.start_server(self._serve_tcp, self.config.host, port)
             port = self._tcp.sockets[0].getsockname()[1]
             self.addresses.append(("tcp", self.config.host, port))
+        if self.config.registrar is not None:
+            self.registration = Registration(self.config, self._flow_to, self._local_host)
+            self.registration.start()
 
     async def close(self) -> None:
-        """Stop listening; the calls themselves are ended by the server (their tasks)."""
+        """Stop listening (a registration removed first); the calls themselves are ended by
+        the server (their tasks)."""
+        if self.registration is not None:
+            await self.registration.close()
         if self._udp is not None:
             self._udp.close()
         if self._tcp is not None:
@@ -469,6 +481,8 @@ class SipUserAgent:
         call = self.calls.get(message.call_id)
         if call is not None:
             call.response_received(message)
+        elif self.registration is not None and message.call_id == self.registration.call_id:
+            self.registration.response_received(message)
 
     # -- answers --------------------------------------------------------------------
 
