@@ -18,8 +18,10 @@ model does not write:
 
 ``caller`` is as trustworthy as the connection that reported it: over Twilio it is the
 ``From`` custom parameter of the TwiML that the operator's own webhook wrote, on a stream
-the server authenticated; a tool should treat it as "the number this call says it is from"
-and ask for a booking reference when that is not enough.
+the server authenticated (Telnyx and Exotel put it in their start message; Plivo and Vonage
+carry it as a stream parameter too); over SIP it is the INVITE's ``From`` URI, which the
+calling side writes. A tool should treat it as "the number this call says it is from" and
+ask for a booking reference when that is not enough.
 """
 
 from __future__ import annotations

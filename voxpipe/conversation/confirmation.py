@@ -5,7 +5,10 @@ agent's own name, a day nobody said). A tool whose policy says ``confirm`` is th
 run when the model calls it. Instead:
 
 1. Any free-text argument the caller never said (a name absent from every word they spoke
-   in this call) is asked for, not used: "Sorry, what name should I put it under?"
+   in this call) is asked for, not used: "Sorry, what name should I put it under?" The
+   agent's own name (the one its instructions give it: "You are Sofia") is asked for even
+   when the caller said it, since a caller greets the agent by it ("Hi Sofia, a table for
+   two"); it is used only when the caller gives it in answer to that question.
 2. Otherwise the agent reads the action back ("A table for two tomorrow at 7 pm, under
    Kilroy. Shall I book it?") and keeps it as the session's one :class:`PendingAction`.
 3. The caller's next turn decides. A plain yes runs exactly that call, with no model in
@@ -45,6 +48,10 @@ _WORD = re.compile(r"[a-z0-9']+")
 SPELLING_MIN_CHARS = 4  # shorter words must match exactly: "ann" is not "dan"
 SPELLING_RATIO = 0.8  # difflib's similarity at which two spellings are one word heard
 _FREE_TEXT_KEYS = ("pattern", "enum", "const", "format")  # a value the schema narrows
+_OWN_NAME = re.compile(
+    r"\b(?i:you are|you're|your name is|i am|i'm|my name is|this is|named|called)\s+"
+    r"([A-Z][A-Za-z'-]+)"
+)  # "You are Sofia, the host": a capitalised word after these is the agent's name
 
 
 class Consent(enum.Enum):
@@ -76,10 +83,33 @@ class PendingAction:
     request: ToolCallRequest
 
 
-def unheard_fields(tool: Tool, arguments: Mapping[str, Any], caller_words: str) -> list[str]:
+@dataclass(frozen=True)
+class Question:
+    """Values asked for (:func:`question_for`) by turn ``turn_id``; a later turn answers."""
+
+    turn_id: int
+    fields: frozenset[str]
+
+
+def own_names(instructions: str) -> frozenset[str]:
+    """The names an agent's instructions give it ("You are Sofia", "this is Sofia"), in
+    lower case: a small model writes them where the caller's name is missing."""
+    return frozenset(name.lower() for name in _OWN_NAME.findall(instructions))
+
+
+def unheard_fields(
+    tool: Tool,
+    arguments: Mapping[str, Any],
+    caller_words: str,
+    own: frozenset[str] = frozenset(),
+    answer: str = "",
+) -> list[str]:
     """The free-text string arguments (no pattern, enum or format in the schema) whose
-    words the caller never said: only the model could have written them."""
+    words the caller never said: only the model could have written them. A word of the
+    agent's own name (``own``) counts as said only in ``answer``: the caller's words in
+    reply to a question for that argument."""
     heard = set(_WORD.findall(caller_words.lower()))
+    answered = set(_WORD.findall(answer.lower()))
     properties = tool.spec.parameters.get("properties") or {}
     missing = []
     for name, value in arguments.items():
@@ -89,7 +119,7 @@ def unheard_fields(tool: Tool, arguments: Mapping[str, Any], caller_words: str) 
         if prop.get("type") != "string" or any(k in prop for k in _FREE_TEXT_KEYS):
             continue
         words = _WORD.findall(value.lower())
-        if words and not all(_was_said(w, heard) for w in words):
+        if words and not all(_was_said(w, answered if w in own else heard) for w in words):
             missing.append(name)
     return missing
 

@@ -33,7 +33,13 @@ from typing import Any
 
 from voxpipe.agent import Tool, Toolbox, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.agent.call_context import NO_CALL, CallContext
-from voxpipe.conversation.confirmation import Consent, PendingAction, consent_in
+from voxpipe.conversation.confirmation import (
+    Consent,
+    PendingAction,
+    Question,
+    consent_in,
+    own_names,
+)
 from voxpipe.conversation.events import Event, ToolFinished
 from voxpipe.conversation.history import History
 from voxpipe.conversation.record import CallRecorder
@@ -122,6 +128,7 @@ class ToolLedger:
         self.toolbox = toolbox
         self._context = context
         self.pending: PendingAction | None = None  # a readback awaiting the caller's yes
+        self.question: Question | None = None  # values asked for, awaiting the answer
         self._history = history
         self._recorder = recorder
         self._persist = persist
@@ -341,6 +348,19 @@ class ToolLedger:
         """Everything the caller said in this call that the history still holds."""
         return " ".join(m.content for m in self._history.turns if m.role == "user")
 
+    def own_names(self) -> frozenset[str]:
+        """The agent's own names, as its instructions in force give them."""
+        return own_names(self._history.system_prompt)
+
+    def ask(self, turn_id: int, fields: Iterable[str]) -> None:
+        """Turn ``turn_id`` asked the caller for ``fields``: the next turn answers."""
+        self.question = Question(turn_id, frozenset(fields))
+
+    def answers(self, turn_id: int, name: str) -> bool:
+        """Whether turn ``turn_id`` answers a question for argument ``name``."""
+        asked = self.question
+        return asked is not None and asked.turn_id < turn_id and name in asked.fields
+
     def take_approved(self, turn_id: int, call: ToolCallRequest) -> bool:
         """Whether turn ``turn_id`` may run ``call`` without a readback: it is the pending
         call, read back by an earlier turn. Taking it ends the wait."""
@@ -357,6 +377,8 @@ class ToolLedger:
         longer what the caller answers (a yes two turns later is not to it)."""
         if self.pending is not None and self.pending.turn_id < turn_id:
             self.pending = None
+        if self.question is not None and self.question.turn_id < turn_id:
+            self.question = None
 
     # -- a restore on another worker, and the end of the call -----------------------------
 

@@ -198,8 +198,12 @@ class ToolRound:
                 valid = tool.validate(call.arguments)
             except InvalidArguments:
                 continue
-            unheard = unheard_fields(tool, call.arguments, ledger.caller_words())
+            answering = any(ledger.answers(turn_id, name) for name in call.arguments)
+            answer = self._voice.caller_said() if answering else ""  # to our question
+            heard = ledger.caller_words()
+            unheard = unheard_fields(tool, call.arguments, heard, ledger.own_names(), answer)
             if unheard:
+                ledger.ask(turn_id, unheard)
                 return question_for(unheard)
             said = readback(tool, call.arguments, valid)
             ledger.hold(PendingAction(turn_id, call))

@@ -14,7 +14,7 @@ from tests.unit.conversation.harness import Call
 from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import CallContext, tool
-from voxpipe.conversation.confirmation import Consent, consent_in, unheard_fields
+from voxpipe.conversation.confirmation import Consent, consent_in, own_names, unheard_fields
 from voxpipe.conversation.tool_ledger import MAX_RESULT_CHARS
 
 BOOK = {"name": "Kilroy", "party_size": 2, "day": "tomorrow"}
@@ -83,6 +83,41 @@ async def test_a_name_the_caller_never_said_is_asked_for(make_call: Callable[...
     await call.say()
     await call.idle()
     assert ran == []  # nothing was read back, so a yes approves nothing
+
+
+async def test_the_agents_own_name_is_asked_for_even_when_the_caller_greeted_it(
+    make_call: Callable[..., Call],
+) -> None:
+    """The agent's own name is what the model has to hand: a caller who says "Hi Sofia"
+    has not given it as theirs. Asked for, a caller whose name it is says so, and then it
+    is read back."""
+    ran: list[dict[str, Any]] = []
+    sofia = {**BOOK, "name": "Sofia"}
+    llm = FakeLlm([called("book_table", **sofia)], [called("book_table", "call_2", **sofia)])
+    stt = FakeStt("hi Sofia, a table for two tomorrow please", "it is Sofia, like you", "yes")
+    agent = running(booking_tool(ran), instructions="You are Sofia, the host of Chez Test.")
+    call = make_call(stt=stt, llm=llm, agent=agent, deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert call.done(1).text == "Sorry, I didn't catch that. What name should I use?"  # type: ignore[union-attr]
+    await call.say()
+    await call.idle()
+    assert call.done(2).text == "A table for 2 tomorrow, under Sofia. Shall I book it?"  # type: ignore[union-attr]
+    await call.say()
+    await call.idle()
+    assert ran == [sofia]
+
+
+def test_the_agents_own_name_is_read_from_its_instructions() -> None:
+    assert own_names("You are Sofia, the host of Luigi's. You are friendly.") == {"sofia"}
+    assert own_names("Thank you for calling Luigi's, this is Marco. I'm Marco.") == {"marco"}
+    assert own_names("You are a helpful assistant. Book tables.") == frozenset()
+    tool_ = booking_tool([])
+    own = own_names("You are Sofia.")
+    said = "hi sofia, a table for two tomorrow"
+    assert unheard_fields(tool_, {"name": "Sofia"}, said, own) == ["name"]
+    assert unheard_fields(tool_, {"name": "Sofia"}, said, own, answer="it's sofia") == []
+    assert unheard_fields(tool_, {"name": "Sofia"}, said) == []  # no name of its own known
 
 
 def test_only_a_plain_short_yes_is_consent() -> None:

@@ -12,9 +12,13 @@ from voxpipe.conversation.services import CallRecord
 from voxpipe.engines.base import ToolCallRequest
 
 
-def running(*tools: Tool, greeting: str | None = None) -> RunningAgent:
+def running(
+    *tools: Tool,
+    greeting: str | None = None,
+    instructions: str = "You book tables at Chez Test.",
+) -> RunningAgent:
     """An agent with these Python tools, as the server would have started it."""
-    agent = Agent(instructions="You book tables at Chez Test.", greeting=greeting, tools=tools)
+    agent = Agent(instructions=instructions, greeting=greeting, tools=tools)
     started = RunningAgent(agent)
     started.toolbox = Toolbox(agent.python_tools)
     return started
