@@ -15,7 +15,7 @@ from tests.unit.conversation.tools_support import called
 from tests.unit.examples.conftest import RESTAURANT
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import quiet_config, serving
-from tests.unit.transports.native_wire import Line, _connect
+from tests.unit.transports.native_wire import App, Line
 from voxpipe.agent import load_agent
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines, LlmOutput, LlmRequest
@@ -59,9 +59,9 @@ async def test_another_key_cannot_cancel_a_booking_by_its_name(book: Path) -> No
         return Engines(FakeVad(), FakeStt(*HEARD), Host(), FakeTts())
 
     said: list[str] = []
-    async with serving(config, engines, 20, agent=agent) as (port, _):
+    async with serving(config, engines, 20, agent=agent) as (port, http):
         for key in ("key-one-secret", "key-two-secret"):
-            async with _connect(port, {"api_key": key}) as line:
+            async with App(port, http).connect(api_key=key) as line:
                 await line.start()
                 await line.until("turn.metrics")  # the greeting
                 said += [await turn(line), await turn(line)]
