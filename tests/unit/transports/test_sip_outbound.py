@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.unit.transports.in_process import quiet_config, serving
 from tests.unit.transports.sip_phone import SipPhone, free_udp_port, offer
 from tests.unit.transports.test_sip_user_agent import QUIET, calls, engines, until
 from voxpipe.agent import Agent
+from voxpipe.transports.sip import digest
 from voxpipe.transports.sip.message import SipRequest, tag_of
 from voxpipe.transports.sip.sdp import parse_offer
 
@@ -29,10 +31,14 @@ GREETER = Agent(instructions="Be brief.", greeting="Hello, this is the agent cal
 
 @contextlib.asynccontextmanager
 async def dialing(
-    agent: Agent | None = GREETER, enabled: bool = True, **sip: Any
+    agent: Agent | None = GREETER, enabled: bool = True, trunk: bool = False, **sip: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, SipPhone]]:
-    """The server, and a callee (whose messages go to the server's SIP port)."""
+    """The server, and a callee (whose messages go to the server's SIP port); ``trunk``:
+    the callee is also the trunk the server registers with (as ``agent``, password ``pw``)."""
     port = free_udp_port()
+    phone = await SipPhone(("127.0.0.1", port)).open()
+    if trunk:
+        sip |= {"registrar": f"sip:127.0.0.1:{phone.port}", "username": "agent", "password": "pw"}
     config = quiet_config(
         sip={
             "enabled": enabled,
@@ -43,18 +49,24 @@ async def dialing(
         },
         auth={"api_keys": [KEY]},
     )
-    async with serving(config, engines(None, "hello"), 30, agent=agent) as (_, http):
-        phone = await SipPhone(("127.0.0.1", port)).open()
-        try:
+    try:
+        async with serving(config, engines(None, "hello"), 30, agent=agent) as (_, http):
             yield http, phone
-        finally:
-            phone.close()
+    finally:
+        phone.close()
 
 
 def reply(
-    phone: SipPhone, request: SipRequest, status: int, tag: str | None = None, body: bytes = b""
+    phone: SipPhone,
+    request: SipRequest,
+    status: int,
+    tag: str | None = None,
+    body: bytes = b"",
+    extra: str = "",
+    contact: bool = True,
 ) -> None:
-    """The callee's answer to the server's ``request``: its To tagged, Contact, SDP."""
+    """The callee's answer to the server's ``request``: its To tagged, Contact, SDP,
+    ``extra`` header lines."""
     h = request.headers
     to = h.get("to") or ""
     lines = [
@@ -64,8 +76,10 @@ def reply(
         f"To: {to};tag={tag}" if tag and tag_of(to) is None else f"To: {to}",
         f"Call-ID: {h.get('call-id')}",
         f"CSeq: {h.get('cseq')}",
-        f"Contact: <sip:alice@127.0.0.1:{phone.port}>",
     ]
+    if contact:
+        lines.append(f"Contact: <sip:alice@127.0.0.1:{phone.port}>")
+    lines += extra.splitlines()
     if body:
         lines.append("Content-Type: application/sdp")
     lines.append(f"Content-Length: {len(body)}")
@@ -76,7 +90,7 @@ def post(
     http: httpx.AsyncClient, phone: SipPhone, key: str | None = None, **body: Any
 ) -> asyncio.Task[httpx.Response]:
     headers = {**AUTH, **({"Idempotency-Key": key} if key else {})}
-    wanted = {"to": f"sip:alice@127.0.0.1:{phone.port}", "provider": "sip", **body}
+    wanted = {"to": f"sip:alice@127.0.0.1:{phone.port}", "provider": "sip"} | body
     return asyncio.create_task(http.post("/v1/calls", json=wanted, headers=headers, timeout=30))
 
 
@@ -227,3 +241,44 @@ async def test_without_sip_enabled_no_sip_call_is_placed() -> None:
             "/v1/calls", json=body, headers={**AUTH, "Idempotency-Key": "a b"}
         )
         assert bad_key.status_code == 400 and "Idempotency-Key" in bad_key.json()["message"]
+
+
+async def _request_at_trunk(phone: SipPhone, method: str) -> SipRequest:
+    """The server's next ``method`` request; its REGISTERs meanwhile are granted."""
+    async with asyncio.timeout(10):
+        while True:
+            message = await phone.next()
+            if not isinstance(message, SipRequest):
+                continue
+            if message.method == method:
+                return message
+            if message.method == "REGISTER":
+                contact = message.headers.get("contact") or ""
+                reply(phone, message, 200, "trunk", extra=f"Contact: {contact}", contact=False)
+
+
+async def test_a_number_is_dialled_through_the_trunk_answering_its_challenge() -> None:
+    challenge = 'Digest realm="trunk.test", nonce="abc123", qop="auth"'
+    async with dialing(trunk=True) as (http, phone):
+        placing = post(http, phone, to="+15550123")
+        invite = await _request_at_trunk(phone, "INVITE")
+        assert invite.uri == f"sip:+15550123@127.0.0.1:{phone.port}"
+        assert "<sip:agent@127.0.0.1>" in (invite.headers.get("from") or "")  # our AOR
+        reply(phone, invite, 407, "t1", extra=f"Proxy-Authenticate: {challenge}")
+        ack = await _request_at_trunk(phone, "ACK")
+        assert ack.headers.get("cseq") == "1 ACK" and ack.branch == invite.branch
+        again = await _request_at_trunk(phone, "INVITE")
+        assert again.headers.get("cseq") == "2 INVITE" and again.call_id == invite.call_id
+        assert again.from_tag == invite.from_tag and again.branch != invite.branch
+        value = again.headers.get("proxy-authorization") or ""
+        fields = dict(re.findall(r'(\w+)="?([^",]*)"?', value.removeprefix("Digest ")))
+        assert fields["uri"] == invite.uri and fields["username"] == "agent"
+        assert fields["response"] == digest.response(
+            digest.parse_challenge(challenge), "agent", "pw", "INVITE", invite.uri,
+            fields["cnonce"], int(fields["nc"], 16),
+        )  # fmt: skip
+        reply(phone, again, 200, "callee", offer(phone.rtp_port, (0, 101)))
+        ack = await _request_at_trunk(phone, "ACK")
+        assert ack.headers.get("cseq") == "2 ACK" and ack.to_tag == "callee"
+        answered = await placing
+        assert answered.status_code == 201, answered.text

@@ -11,6 +11,8 @@ transaction, one response at a time:
 - ``2xx``: the answer's SDP is read (one of our codecs: else ACK and BYE, 488), the dialog
   takes the callee's tag, Contact and Record-Route, our ACK goes out (again for every 2xx
   sent again), and the call runs as any other: the session, the agent's greeting first;
+- ``401``/``407`` (a trunk asking who we are): ACKed, and, with credentials configured
+  (``sip.username``, ``sip.password``), the INVITE sent again once with a digest answer;
 - ``3xx``-``6xx``: ACKed, and the call fails with that status (:class:`DialFailed`);
 - no answer at all in ``sip.dial_timeout_s``: 408; ringing that long: CANCEL, and the 487
   that follows is ACKed (a 2xx that crosses the CANCEL is ACKed and ended with BYE).
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.transports.call import Call
-from voxpipe.transports.sip import sdp
+from voxpipe.transports.sip import digest, sdp
 from voxpipe.transports.sip.call import ALLOW, SipCall
 from voxpipe.transports.sip.dialog import CallState, Dialog, Flow
 from voxpipe.transports.sip.media import RtpMedia
@@ -90,32 +92,41 @@ def target_of(uri: str) -> Target:
     return Target(uri, where[0], where[1], transport)
 
 
-def invite(
-    target: Target,
-    caller: str,
-    local_tag: str,
-    call_id: str,
-    contact: str,
-    via: str,
-    offer: bytes,
-    user_agent: str,
-) -> tuple[SipRequest, bytes]:
-    """Our INVITE, read as the callee will read it, and its bytes."""
-    out = Outgoing(f"INVITE {target.uri} {SIP_VERSION}")
-    out.add("Via", f"{via};branch={new_branch()};rport")
-    out.add("Max-Forwards", "70")
-    out.add("From", f"<{caller}>;tag={local_tag}")
-    out.add("To", f"<{target.uri}>")
-    out.add("Call-ID", call_id)
-    out.add("CSeq", "1 INVITE")
-    out.add("Contact", contact)
-    out.add("Allow", ALLOW)
-    out.add("User-Agent", user_agent)
-    out.body, out.content_type = offer, "application/sdp"
-    data = out.encode()
-    message = parse(data)
-    assert isinstance(message, SipRequest)
-    return message, data
+@dataclass(frozen=True)
+class Invite:
+    """Our INVITE's parts, so that it can be written again (a challenge answered: the next
+    CSeq, a new branch, the credentials) with the same Call-ID, tag and offer."""
+
+    target: Target
+    caller: str  # our From URI
+    local_tag: str
+    call_id: str
+    contact: str
+    via: str  # SIP/2.0/<transport> <host>:<port>
+    offer: bytes
+    user_agent: str
+
+    def write(
+        self, cseq: int = 1, credentials: tuple[str, str] | None = None
+    ) -> tuple[SipRequest, bytes]:
+        """The INVITE, read as the callee will read it, and its bytes."""
+        out = Outgoing(f"INVITE {self.target.uri} {SIP_VERSION}")
+        out.add("Via", f"{self.via};branch={new_branch()};rport")
+        out.add("Max-Forwards", "70")
+        out.add("From", f"<{self.caller}>;tag={self.local_tag}")
+        out.add("To", f"<{self.target.uri}>")
+        out.add("Call-ID", self.call_id)
+        out.add("CSeq", f"{cseq} INVITE")
+        out.add("Contact", self.contact)
+        if credentials is not None:
+            out.add(*credentials)
+        out.add("Allow", ALLOW)
+        out.add("User-Agent", self.user_agent)
+        out.body, out.content_type = self.offer, "application/sdp"
+        data = out.encode()
+        message = parse(data)
+        assert isinstance(message, SipRequest)
+        return message, data
 
 
 def in_transaction(invite: SipRequest, method: str, to: str | None = None) -> bytes:
@@ -141,7 +152,7 @@ class OutboundCall(SipCall):
         call: Call,
         dialog: Dialog,
         rtp_socket: socket.socket,
-        offer: bytes,
+        draft: Invite,
         invite_data: bytes,
         forget: Callable[[SipCall], None],
         timeout_s: float,
@@ -151,7 +162,8 @@ class OutboundCall(SipCall):
         codec = config.codecs[0]
         pt = {name: pt for pt, name in sdp.STATIC.items()}[codec]
         unknown = sdp.Negotiated(codec, pt, sdp.OFFERED_DTMF, (dialog.flow.peer[0], 0))
-        super().__init__(call, dialog, rtp_socket, unknown, offer, forget)
+        super().__init__(call, dialog, rtp_socket, unknown, draft.offer, forget)
+        self.draft = draft
         self.instructions = instructions
         self.timeout_s = timeout_s
         self._invite = invite_data
@@ -161,6 +173,7 @@ class OutboundCall(SipCall):
         self._heard = asyncio.Event()  # any answer to the INVITE: no more re-sends
         self._cancel_answered = asyncio.Event()
         self._ringing = False
+        self._authenticated = False  # a challenge to our INVITE has been answered
         self._ack = b""  # our last ACK, sent again for its answer sent again
 
     @property
@@ -194,11 +207,39 @@ class OutboundCall(SipCall):
             if answer.status < 300:
                 return await self._accept(answer)
             self._ack_failure(answer)
+            if answer.status in (401, 407) and self._authenticate(answer):
+                continue  # the INVITE again, with our credentials
             reason = answer.reason or REASONS.get(answer.status, "")
             return self._fail(answer.status, f"{self.target} answered {answer.status} {reason}")
         if not self._heard.is_set():  # Timer B: nobody there
             return self._fail(408, f"no answer from {self.target} in {self.timeout_s:g} s")
         return await self._give_up()
+
+    def _authenticate(self, answer: SipResponse) -> bool:
+        """A trunk's challenge (401, 407) to our INVITE answered once, with the
+        registration's credentials (``sip.username``, ``sip.password``): the INVITE is sent
+        again with the next CSeq. False: no credentials, or this was the second challenge."""
+        config = self.config
+        if config.username is None or config.password is None or self._authenticated:
+            return False
+        proxy = answer.status == 407
+        value = answer.headers.get("proxy-authenticate" if proxy else "www-authenticate") or ""
+        try:
+            challenge = digest.parse_challenge(value)
+        except digest.DigestError as exc:
+            log.warning("sip call %s: cannot answer the challenge: %s", self.call_id, exc)
+            return False
+        self._authenticated = True
+        header = "Proxy-Authorization" if proxy else "Authorization"
+        user, password = config.auth_username or config.username, config.password
+        credentials = digest.authorization(
+            challenge, user, password.get_secret_value(), "INVITE", self.target
+        )
+        request, data = self.draft.write(2, (header, credentials))
+        self.dialog.invite, self.dialog.cseq, self._invite = request, 2, data
+        self._heard = asyncio.Event()
+        self._resend(data, self._heard, "INVITE")
+        return True
 
     async def _accept(self, answer: SipResponse) -> bool:
         """A 2xx: the dialog is up; the call runs if its SDP names one of our codecs."""
@@ -308,6 +349,9 @@ class OutboundCall(SipCall):
         elif cseq.method != "INVITE":
             super().response_received(message)  # our BYE's, our REFER's
         elif self.state is CallState.RINGING:
+            invite_cseq = self.dialog.invite.cseq
+            if invite_cseq is not None and cseq.number != invite_cseq.number:
+                return  # an answer to the INVITE before a challenge, sent again
             self._heard.set()
             with contextlib.suppress(asyncio.QueueFull):
                 self._responses.put_nowait(message)

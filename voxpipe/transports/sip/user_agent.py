@@ -60,7 +60,7 @@ from voxpipe.transports.sip.message import (
     parse,
     response,
 )
-from voxpipe.transports.sip.outbound import DialFailed, OutboundCall, Target, invite, target_of
+from voxpipe.transports.sip.outbound import DialFailed, Invite, OutboundCall, Target, target_of
 from voxpipe.transports.sip.registration import Registration
 
 log = logging.getLogger("voxpipe.sip")
@@ -274,7 +274,7 @@ class SipUserAgent:
         :meth:`~voxpipe.transports.sip.outbound.OutboundCall.run`); :class:`DialFailed` when
         ``to`` cannot be called from here (400), its host is unknown (404) or unreachable, or
         no socket or RTP port is free (503)."""
-        target = target_of(to)
+        target = self._target(to)
         flow = await self._flow_to(target)
         host = self._local_host(flow)
         try:
@@ -283,17 +283,21 @@ class SipUserAgent:
             flow.close()
             raise DialFailed(503, f"no RTP port free: {exc}") from exc
         where = f"[{host}]" if ":" in host else host
-        tag, call_id = new_tag(), f"{secrets.token_hex(12)}@voxpipe"
-        contact = f"<sip:voxpipe@{where}:{flow.local[1]};transport={flow.transport.lower()}>"
-        caller = self.config.caller_id or f"sip:voxpipe@{where}"
-        offer = sdp.offer(self.config.codecs, host, rtp_socket.getsockname()[1])
-        via = f"SIP/2.0/{flow.transport} {where}:{flow.local[1]}"
-        request, data = invite(
-            target, caller, tag, call_id, contact, via, offer, self.config.user_agent
+        call_id = f"{secrets.token_hex(12)}@voxpipe"
+        draft = Invite(
+            target,
+            self.config.caller_id or self._address_of_record() or f"sip:voxpipe@{where}",
+            new_tag(),
+            call_id,
+            f"<sip:voxpipe@{where}:{flow.local[1]};transport={flow.transport.lower()}>",
+            f"SIP/2.0/{flow.transport} {where}:{flow.local[1]}",
+            sdp.offer(self.config.codecs, host, rtp_socket.getsockname()[1]),
+            self.config.user_agent,
         )
+        request, data = draft.write()
         dialog = Dialog(
             request,
-            tag,
+            draft.local_tag,
             host,
             flow,
             local=request.headers.get("from") or "",
@@ -302,11 +306,29 @@ class SipUserAgent:
             cseq=1,
         )
         call = OutboundCall(
-            admitted, dialog, rtp_socket, offer, data, self._forget, self.config.dial_timeout_s,
+            admitted, dialog, rtp_socket, draft, data, self._forget, self.config.dial_timeout_s,
             instructions,
         )  # fmt: skip
         self.calls[call_id] = call
         return call
+
+    def _target(self, to: str) -> Target:
+        """A SIP URI as it is; a number (E.164) at the trunk registered with."""
+        if not to.startswith("+"):
+            return target_of(to)
+        if self.config.registrar is None:
+            raise DialFailed(400, "a number is dialled through a trunk: set sip.registrar")
+        trunk = target_of(self.config.registrar)
+        host = f"[{trunk.host}]" if ":" in trunk.host else trunk.host
+        tcp = ";transport=tcp" if trunk.transport == "tcp" else ""
+        return Target(f"sip:{to}@{host}:{trunk.port}{tcp}", trunk.host, trunk.port, trunk.transport)
+
+    def _address_of_record(self) -> str | None:
+        """Who we are at the trunk (``sip:<username>@<domain>``), when registered there."""
+        if self.config.registrar is None or self.config.username is None:
+            return None
+        domain = self.config.register_domain or target_of(self.config.registrar).host
+        return f"sip:{self.config.username}@{domain}"
 
     async def _flow_to(self, target: Target) -> UdpFlow | TcpFlow:
         """Our UDP socket pointed at ``target``, or a new TCP connection to it (whose
