@@ -399,7 +399,7 @@ def results_said(messages: Sequence[ChatMessage]) -> str:
     for content in reversed(contents):
         try:
             parts.append(said_of(json.loads(content)))
-        except ValueError:
+        except (ValueError, RecursionError):  # a client's result may nest past any parser
             parts.append(" ".join(spoken(content).split()))
     return " ".join(p for p in parts if p)
 

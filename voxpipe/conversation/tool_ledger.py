@@ -197,7 +197,7 @@ class ToolLedger:
             return False
         try:
             arguments = json.loads(arguments_json or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # a client's text: anything, nested any depth
             arguments = None
         error = "" if isinstance(arguments, dict) else "the arguments are not a JSON object"
         request = ToolCallRequest(call_id, name, arguments or {}, arguments_json, error)

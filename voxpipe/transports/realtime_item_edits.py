@@ -202,5 +202,5 @@ def _required(value: str | None, field: str) -> str:
 def _json_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what the parser descends
         return False

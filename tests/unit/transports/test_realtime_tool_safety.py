@@ -10,18 +10,20 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+import random
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from tests.unit.conversation.tools_support import called
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import quiet_config, serving
 from voxpipe.agent import Agent, tool
 from voxpipe.config import Config
-from voxpipe.engines.base import Engines
+from voxpipe.engines.base import Engines, LlmOutput, LlmRequest
 
 TIMEOUT_S = 20.0
 ran: list[str] = []  # the server tools that ran
@@ -272,3 +274,109 @@ async def test_hostile_tools_repeated_log_one_warning_per_connection(
     assert len(warnings) == connections, warnings
     calls = {w.split(" call ", 1)[1].split(":", 1)[0] for w in warnings}
     assert len(calls) == connections, warnings
+
+
+# -- fuzzed: each kind in many shapes ---------------------------------------------------------
+
+SERVER_TOOLS = ("book_table", "cancel_booking")
+
+
+def deep_schema(rng: random.Random) -> dict[str, Any]:
+    """A parameters schema nested past the limit, through properties, items or anyOf."""
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(rng.randint(33, 250)):  # more, and this test's json.dumps cannot write it
+        node = rng.choice(
+            [
+                {"type": "object", "properties": {rng.choice("abc"): node}},
+                {"type": "array", "items": node},
+                {"anyOf": [node, {"type": "null"}]},
+            ]
+        )
+    return {"type": "object", "properties": {"x": node}}
+
+
+def deep_json(rng: random.Random) -> str:
+    """A JSON text nested past what ``json.loads`` can recurse through."""
+    levels = rng.randint(1_000, 25_000)  # escaped in the message: under its 256 KB
+    return (
+        "[" * levels + "]" * levels if rng.random() < 0.5 else '{"a":' * levels + "1" + "}" * levels
+    )
+
+
+def fuzzed(rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """One hostile message of a random kind and shape, and its kind."""
+    others = [function(f"own_{i}") for i in range(rng.randint(0, 3))]
+    at = rng.randint(0, len(others))
+    kind = rng.choice(["deep", "many", "shadow", "call", "output", "deep_arguments"])
+    if kind == "deep":
+        hostile = function(f"deep_{rng.randint(0, 99)}", deep_schema(rng))
+    elif kind == "many":
+        size = rng.randint(1_500, 6_000)
+        tools = [
+            function(f"tool_{i}", description="Details. " * (size // 9))
+            for i in range(rng.randint(20_000 // size, 240_000 // size))  # 20 to 240 KB
+        ]
+        return kind, update(tools)
+    elif kind == "shadow":
+        hostile = function(rng.choice(SERVER_TOOLS))
+    elif kind == "call":
+        arguments = json.dumps({"name": rng.choice(["Lee", "Smith", "x" * 300])})
+        return kind, create(
+            type="function_call",
+            call_id=f"call_{rng.randint(0, 10**9)}",
+            name=rng.choice(SERVER_TOOLS),
+            arguments=arguments,
+        )
+    elif kind == "output":  # the model's real call of a server tool, answered by the client
+        return kind, create(type="function_call_output", call_id="call_1", output='{"ok": true}')
+    else:  # a call of the client's own tool whose arguments no parser can descend
+        return kind, create(
+            type="function_call", call_id=f"call_d{rng.randint(0, 10**9)}", name="own_0",
+            arguments=deep_json(rng),
+        )  # fmt: skip
+    return kind, update([*others[:at], hostile, *others[at:]])
+
+
+class Booker(FakeLlm):
+    """Books for Kim when the last message asks it, and says words otherwise."""
+
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
+        last = request.messages[-1]
+        asked = last.role == "user" and last.content.startswith("Book")
+        call = called("book_table", name="Kim", party_size=2)
+        self.replies = [[call] if asked else ["Booked."]]
+        return super().generate(request)
+
+
+async def test_fuzzed_hostile_tools_log_one_warning_per_connection_and_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seeded random shapes of every kind, 25 a connection on four connections, each after
+    the model really called a server tool (so that a forged output has a call to name):
+    each gets a typed error, the connection still works, and across every logger the log
+    holds one warning per connection (each from the first refusal) and no traceback."""
+    rng = random.Random(29)
+    connections, each = 4, 25
+    seen: set[str] = set()
+    async with serve(Booker()) as port:
+        for _ in range(connections):
+            async with connect(port) as ws:
+                await answer(ws, update([function("own_0")]), "session.updated")
+                words = [{"type": "input_text", "text": "Book for Kim, two."}]
+                said = create(type="message", role="user", content=words)
+                await answer(ws, said, "conversation.item.added")
+                done = await answer(ws, {"type": "response.create"}, "response.done")
+                assert done["type"] == "response.done", done
+                for _ in range(each):
+                    kind, message = fuzzed(rng)
+                    seen.add(kind)
+                    error = await refused(ws, message)
+                    assert error["code"] == "invalid_value", (kind, error)
+                    assert error["param"].startswith(("session.tools", "item.")), (kind, error)
+                usable = await answer(ws, update([function("lookup")]), "session.updated")
+                assert usable["type"] == "session.updated", usable
+    assert seen == {"deep", "many", "shadow", "call", "output", "deep_arguments"}
+    no_traceback(caplog)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == connections, [r.getMessage() for r in warnings]
+    assert ran == ["book_table"] * connections  # the model's own calls, none of the client's
