@@ -103,7 +103,7 @@ def test_the_1_5b_calls_a_tool_with_the_callers_details(qwen_1_5b: LlamaLlm) -> 
 def test_the_1_5b_prompt_is_its_own_template(qwen_1_5b: LlamaLlm) -> None:
     """Its template differs from the 0.5B's (it writes ``{{"name": ...}}`` in the tools'
     instructions): the prompt carries its text, not the 0.5B's."""
-    tokens, _ = qwen_1_5b.prompt_tokens([SYSTEM, REQUEST], tools=[BOOK])
+    tokens, _ = qwen_1_5b.prompt.tokens([SYSTEM, REQUEST], tools=[BOOK])
     text = qwen_1_5b._llm.detokenize(tokens, special=True).decode()
     assert '<tool_call>\n{{"name": <function-name>' in text
 
@@ -116,9 +116,9 @@ def chatml(llm: LlamaLlm, messages: list[ChatMessage]) -> list[int]:
 
     out: list[int] = []
     for m in messages:
-        body = llm._text(f"{m.role}\n{m.content}")
-        out += [*special("<|im_start|>"), *body, *special("<|im_end|>"), *llm._text("\n")]
-    return [*out, *special("<|im_start|>"), *llm._text("assistant\n")]
+        body = llm.prompt.text(f"{m.role}\n{m.content}")
+        out += [*special("<|im_start|>"), *body, *special("<|im_end|>"), *llm.prompt.text("\n")]
+    return [*out, *special("<|im_start|>"), *llm.prompt.text("assistant\n")]
 
 
 def test_the_0_5b_prompt_is_the_chatml_it_had_token_for_token() -> None:
@@ -130,10 +130,10 @@ def test_the_0_5b_prompt_is_the_chatml_it_had_token_for_token() -> None:
         ChatMessage("assistant", " Of course."),
         ChatMessage("user", "Thanks!"),
     ]
-    tokens, dropped = llm.prompt_tokens(messages)
+    tokens, dropped = llm.prompt.tokens(messages)
     assert dropped == 0 and tokens == chatml(llm, messages)
     # Each turn's prompt begins with the one before: the KV cache of a call is reused.
-    shorter, _ = llm.prompt_tokens(messages[:3], add_header=False)
+    shorter, _ = llm.prompt.tokens(messages[:3], add_header=False)
     assert tokens[: len(shorter)] == shorter
 
 
@@ -150,7 +150,7 @@ def gemma() -> LlamaLlm:
 
 def test_gemma_talks_through_its_template(gemma: LlamaLlm) -> None:
     assert gemma.family is not None and gemma.family.name == "json"
-    tokens, _ = gemma.prompt_tokens([SYSTEM, ChatMessage("user", "Hello, are you open?")])
+    tokens, _ = gemma.prompt.tokens([SYSTEM, ChatMessage("user", "Hello, are you open?")])
     text = gemma._llm.detokenize(tokens, special=True).decode()
     assert tokens[0] == gemma._llm.token_bos()
     assert text.endswith("Hello, are you open?<end_of_turn>\n<start_of_turn>model\n")
@@ -167,8 +167,8 @@ def test_gemma_talks_after_the_agents_greeting(gemma: LlamaLlm) -> None:
     answer = words(items)
     assert answer
     then = [*first, ChatMessage("assistant", answer), ChatMessage("user", "Thank you.")]
-    before, _ = gemma.prompt_tokens(first, add_header=False)
-    after, _ = gemma.prompt_tokens(then)
+    before, _ = gemma.prompt.tokens(first, add_header=False)
+    after, _ = gemma.prompt.tokens(then)
     assert after[: len(before)] == before
 
 

@@ -81,7 +81,7 @@ def test_three_calls_at_once_each_keep_their_own_conversation(llm: LlamaLlm) -> 
         assert name in answer, (name, answer)
         assert not any(other in answer for other in NAMES if other != name), (name, answer)
         # the call's own KV was kept between its turns: only the new question went in
-        assert usage.reused_tokens >= len(llm.prompt_tokens(firsts[name])[0]) - 2
+        assert usage.reused_tokens >= len(llm.prompt.tokens(firsts[name])[0]) - 2
         assert usage.finish_reason in ("stop", "length")
 
 

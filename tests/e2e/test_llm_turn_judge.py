@@ -61,20 +61,20 @@ def test_a_first_turn_shares_the_instructions_another_sequence_holds(llm: LlamaL
     """A new call's first words are judged from the instructions another call left in a
     sequence, as its first reply would share them; the other call keeps its sequence (the
     judgement takes an unowned one, never evicting a call's KV)."""
-    slots = llm.batch._slots
+    slots = llm.batch.slots.all
     owners = [s.owner for s in slots]
     assert "judged" in owners and None in owners, owners
     assert _p(llm, "I'd like a table for", session="first-turn") is not None
     assert [s.owner for s in slots].count("judged") == 1
-    assert "judged" not in llm.batch.states
+    assert "judged" not in llm.batch.slots.states
 
 
 def test_no_free_unowned_sequence_means_no_judgement(llm: LlamaLlm) -> None:
     """Both sequences belong to calls now: a third call's words are not judged, since that
     would evict one of them."""
-    assert {s.owner for s in llm.batch._slots} == {"judged", "first-turn"}
+    assert {s.owner for s in llm.batch.slots.all} == {"judged", "first-turn"}
     assert _p(llm, "I'd like a table for", session="third") is None
-    assert {s.owner for s in llm.batch._slots} == {"judged", "first-turn"}
+    assert {s.owner for s in llm.batch.slots.all} == {"judged", "first-turn"}
 
 
 def test_a_call_far_from_any_sequence_is_not_judged(llm: LlamaLlm) -> None:

@@ -40,8 +40,8 @@ def reply(llm: LlamaLlm, text: str, echo_run: int, system: str | None = None) ->
 
 def longest_copied_run(llm: LlamaLlm, caller: str, answer: str) -> int:
     """The most tokens of ``caller`` that ``answer`` holds in a row."""
-    said = llm._text(caller)
-    got = llm._text(answer)
+    said = llm.prompt.text(caller)
+    got = llm.prompt.text(answer)
     best = 0
     for i in range(len(got)):
         for j in range(len(said)):

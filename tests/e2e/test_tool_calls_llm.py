@@ -95,7 +95,7 @@ def test_the_prompt_is_the_gguf_chat_templates_own(llm: LlamaLlm) -> None:
         tools=[t.openai() for t in TOOLS],
         add_generation_prompt=True,
     )
-    tokens, dropped = llm.prompt_tokens(messages, tools=TOOLS)
+    tokens, dropped = llm.prompt.tokens(messages, tools=TOOLS)
     assert dropped == 0
     assert llm._llm.detokenize(tokens, special=True).decode() == expected
 

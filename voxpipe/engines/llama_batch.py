@@ -9,24 +9,21 @@ a new turn's prompt joins the running batch in chunks instead of waiting for the
 replies to end. Each sequence samples from its own row of logits with its own random
 state (:mod:`voxpipe.engines.token_sampler`) under its own :class:`ReplyRules`.
 
-A call keeps its KV prefix: a slot remembers whose conversation it holds, so a call's next
-turn evaluates only its new tokens. When a call needs a slot that another (idle) call
-holds, the holder's KV is saved to a byte-bounded LRU and restored when it speaks again;
-a call with nothing saved takes the idle slot whose tokens share the longest prefix with
-its prompt, and a prefix another sequence holds (at least the instructions) is shared
-with it. The KV cache is one buffer (``kv_unified``: measured cheaper per step at four
-sequences than a stream per sequence, and it lets a prefix be shared); every cell is
-tagged with its sequences and attention is masked by them, so nothing of one call reaches
-another's.
+A call keeps its KV prefix in its own sequence, saved and restored when another call needs
+the sequence (``llama_slots.py``), so a call's next turn evaluates only its new tokens, and
+a prefix another sequence holds (at least the instructions) is shared. The KV cache is one
+buffer (``kv_unified``: measured cheaper per step at four sequences than a stream per
+sequence, and it lets a prefix be shared); every cell is tagged with its sequences and
+attention is masked by them, so nothing of one call reaches another's.
 
 Work that needs the whole model to itself (a tool call under a grammar, on the engine's
-other context) takes the cores between two steps through :class:`ComputeTurns`.
+other context) takes the cores between two steps through ``ComputeTurns``
+(``compute_turns.py``).
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import ctypes
 import logging
 import queue
@@ -40,7 +37,9 @@ import numpy as np
 
 from voxpipe.engines.base import CancelToken, EngineError, LlmUsage, Urgency
 from voxpipe.engines.batch_plan import BatchPolicy, Phase, SeqView, StepRecord, plan_step
-from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
+from voxpipe.engines.compute_turns import ComputeTurns
+from voxpipe.engines.llama_slots import SequenceSlots, Slot
+from voxpipe.engines.llama_state import common_prefix
 from voxpipe.engines.reply_rules import ReplyRules
 from voxpipe.engines.token_sampler import SamplingSettings, TokenSampler
 
@@ -49,61 +48,12 @@ log = logging.getLogger("voxpipe.engines")
 IDLE_WAIT_S = 0.005  # a step with nothing to run (every sequence gated) waits this long
 
 
-class ComputeTurns:
-    """Who computes now: the batch loop one step at a time, or an exclusive job for its whole
-    length. An exclusive job waiting goes before the loop's next step, so it never starves;
-    two exclusive jobs take turns."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._busy = False
-        self._exclusive_waiting = 0
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._exclusive_waiting += 1
-            while self._busy:
-                self._cond.wait()
-            self._exclusive_waiting -= 1
-            self._busy = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        with self._cond:
-            while self._busy or self._exclusive_waiting:
-                self._cond.wait()
-            self._busy = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self._cond:
-            self._busy = False
-            self._cond.notify_all()
-
-
 _END = object()
 
 
 class _Failure:
     def __init__(self, error: BaseException) -> None:
         self.error = error
-
-
-@dataclass
-class _Slot:
-    seq_id: int
-    owner: str | None = None
-    tokens: list[int] = field(default_factory=list)  # whose KV is in the sequence, in order
-    busy: bool = False
-    last_used_ns: int = 0
 
 
 @dataclass(eq=False)
@@ -121,7 +71,7 @@ class _Request:
     targets: tuple[int, ...] | None = None
     max_prefill: int = 0
     out: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
-    slot: _Slot | None = None
+    slot: Slot | None = None
     phase: Phase = Phase.PREFILL
     generated: list[int] = field(default_factory=list)
     next_token: int = -1  # sampled, not yet in the KV
@@ -149,6 +99,8 @@ class _Entry:
 
 
 class BatchedLlama:
+    """The batched context, its sequences (``slots``) and the thread that runs its steps."""
+
     def __init__(
         self,
         llama: Any,  # llama_cpp.Llama: its model, vocabulary and context parameters
@@ -197,11 +149,12 @@ class BatchedLlama:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._n_vocab = llama.n_vocab()
-        self.states = StateCache(state_cache_bytes)
-        self._slots = [_Slot(i) for i in range(max_sequences)]
         self._incoming: list[_Request] = []
         self._active: list[_Request] = []
         self._cond = threading.Condition()
+        self.slots = SequenceSlots(
+            self._ctx, self._memory, max_sequences, state_cache_bytes, self._cond
+        )
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="engine-llm-batch", daemon=True)
         self._thread.start()
@@ -279,19 +232,12 @@ class BatchedLlama:
         """Drop what is kept for ``session_id``; a slot it holds keeps its tokens (a new
         call may reuse their prefix) but no longer belongs to it."""
         with self._cond:
-            self.states.pop(session_id)
-            for slot in self._slots:
-                if slot.owner == session_id and not slot.busy:
-                    slot.owner = None
+            self.slots.forget(session_id)
 
     def clear(self) -> None:
         """Empty every sequence and the saved states (the benchmark's cold baseline)."""
         with self._turns.exclusive(), self._cond:
-            self.states = StateCache(self.states.max_bytes)
-            for slot in self._slots:
-                if not slot.busy:
-                    self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
-                    slot.tokens, slot.owner = [], None
+            self.slots.clear()
 
     def close(self) -> None:
         with self._cond:
@@ -509,13 +455,16 @@ class BatchedLlama:
 
     def _admit(self, request: _Request) -> None:
         """Give ``request`` a slot holding as much of its prompt as can be had."""
-        if request.targets is not None and not self._warm_for(request):
+        warm_for = self.slots.warm_for
+        if request.targets is not None and not warm_for(
+            request.session_id, request.prompt, request.max_prefill
+        ):
             request.usage.finish_reason = "cold"
             request.out.put(_END)
             return
         try:
             judging = request.targets is not None
-            slot, restored = self._claim(request.session_id, request.prompt, judging)
+            slot, restored = self.slots.claim(request.session_id, request.prompt, judging)
         except EngineError as error:
             request.out.put(_Failure(error))
             return
@@ -534,93 +483,3 @@ class BatchedLlama:
         usage.prefill_tokens = len(request.prompt) - reused
         usage.finish_reason = "length"
         self._active.append(request)
-
-    def _warm_for(self, request: _Request) -> bool:
-        """A judgement runs only where all but ``max_prefill`` of its prompt is already in:
-        the session's own free sequence, its saved state, or (a call with neither, on its
-        first turn) an unowned free sequence given the prefix any sequence holds, as its
-        first reply would share it. Another call's sequence is never taken for it."""
-        sid, prompt = request.session_id, request.prompt
-        with self._cond:
-            saved = self.states.tokens(sid)
-        free = [s for s in self._slots if not s.busy]
-        own = [s for s in free if s.owner == sid]
-        if own:
-            held = max(common_prefix(s.tokens, prompt) for s in own)
-        elif saved is not None:
-            held = common_prefix(saved, prompt)
-        elif any(s.owner is None for s in free) and not any(s.owner == sid for s in self._slots):
-            held = max(common_prefix(s.tokens, prompt) for s in self._slots)  # shared in
-        else:
-            return False  # its sequence is busy (a reply of the call): never a second one
-        return len(prompt) - held <= request.max_prefill
-
-    def _claim(
-        self, session_id: str, prompt: list[int], judging: bool = False
-    ) -> tuple[_Slot, bool]:
-        """A free slot for ``session_id``: its own, its saved state restored, or the one
-        sharing most of ``prompt``. A judgement never takes another call's slot: only an
-        unowned one (:meth:`_warm_for` made sure there is one)."""
-        free = [s for s in self._slots if not s.busy]
-        if (
-            judging
-            and not any(s.owner == session_id for s in free)
-            and session_id not in self.states
-        ):
-            free = [s for s in free if s.owner is None]
-        if not free:  # the runner's workers are as many as the slots: never while they hold
-            raise EngineError("every LLM sequence is busy")
-        for slot in free:
-            if slot.owner == session_id:
-                return slot, False
-        with self._cond:
-            saved = self.states.pop(session_id)
-        if saved is not None:
-            slot = min(free, key=lambda s: (s.owner is not None, s.last_used_ns))
-            self._evict(slot)
-            if self._restore(slot, saved):
-                return slot, True
-            return slot, False
-        slot = max(
-            free,
-            key=lambda s: (common_prefix(s.tokens, prompt), s.owner is None, -s.last_used_ns),
-        )
-        self._evict(slot)
-        self._share_prefix(slot, prompt)
-        return slot, False
-
-    def _share_prefix(self, slot: _Slot, prompt: list[int]) -> None:
-        """Give ``slot`` the longest prefix of ``prompt`` that any sequence holds (the
-        instructions, at least, once one call has run): the cells are shared, not copied,
-        and attention keeps each sequence to its own."""
-        best = max(self._slots, key=lambda s: common_prefix(s.tokens, prompt))
-        shared = common_prefix(best.tokens, prompt)
-        if best is slot or shared <= common_prefix(slot.tokens, prompt):
-            return
-        self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
-        self._cpp.llama_memory_seq_cp(self._memory, best.seq_id, slot.seq_id, 0, shared)
-        slot.tokens = best.tokens[:shared]
-
-    def _evict(self, slot: _Slot) -> None:
-        """Save the slot's owner's KV (its next turn restores it); the tokens stay."""
-        if slot.owner is None or not slot.tokens:
-            slot.owner = None
-            return
-        ctx, seq = self._ctx, slot.seq_id
-        size = self._cpp.llama_state_seq_get_size(ctx, seq)
-        buf = (ctypes.c_uint8 * size)()
-        written = self._cpp.llama_state_seq_get_data(ctx, buf, size, seq)
-        state = SavedState(np.asarray(slot.tokens, dtype=np.intc), bytes(buf[:written]))
-        with self._cond:
-            self.states.put(slot.owner, state)
-        slot.owner = None
-
-    def _restore(self, slot: _Slot, state: SavedState) -> bool:
-        self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
-        slot.tokens = []
-        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
-        if self._cpp.llama_state_seq_set_data(self._ctx, buf, len(state.kv), slot.seq_id) == 0:
-            self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
-            return False
-        slot.tokens = [int(t) for t in state.tokens]
-        return True

@@ -1,0 +1,199 @@
+"""The embedded model's second context, where a request with tools runs alone.
+
+Replies in words share the batch (``llama_batch.py``); a request with tools needs the
+model's logits to itself (its router and grammar), so it runs on the ``Llama`` object's own
+context, between two of the batch's steps (``ComputeTurns``). There one call holds the
+context at a time; when another takes it, the previous owner's KV sequence is saved to a
+byte-bounded LRU and restored when it speaks again, so each call still prefills only its
+new words.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import ctypes
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from voxpipe.engines.base import CancelToken, EngineError, LlmUsage
+from voxpipe.engines.compute_turns import ComputeTurns
+from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
+from voxpipe.engines.reply_rules import ReplyRules
+
+
+class SoloContext:
+    """The ``Llama`` object's own context (``llm``), held by one call at a time."""
+
+    def __init__(self, llm: Any, turns: ComputeTurns, state_cache_bytes: int, n_batch: int) -> None:
+        self._llm = llm
+        self.turns = turns  # the cores: the batch's steps, or this context for a request
+        self.states = StateCache(state_cache_bytes)
+        self.n_batch = n_batch
+        self._owner: str | None = None
+        self._state_lock = threading.Lock()  # states and owner: short critical sections only
+
+    @property
+    def _llm_cpp(self):  # type: ignore[no-untyped-def]
+        import llama_cpp
+
+        return llama_cpp
+
+    # -- who holds it ---------------------------------------------------------
+
+    def take(self, session_id: str) -> bool:
+        """Make the context hold ``session_id``'s state; True if a saved state was restored."""
+        with self._state_lock:
+            if self._owner == session_id:
+                return False
+            self._save_current()
+            restored = self._restore(session_id)
+            # With nothing saved, keep what is there: it shares at least the system prompt.
+            self._owner = session_id
+            return restored
+
+    def forget(self, session_id: str) -> None:
+        """Drop ``session_id``'s saved state; never waits for a request in progress."""
+        with self._state_lock:
+            self.states.pop(session_id)
+            if self._owner == session_id:
+                self._owner = None
+
+    def clear(self) -> None:
+        """Empty the context and the saved states (the caller holds the cores)."""
+        with self._state_lock:
+            self.states = StateCache(self.states.max_bytes)
+            self._owner = None
+            self._llm.reset()
+            self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+
+    def _save_current(self) -> None:
+        if self._owner is None or self._llm.n_tokens == 0:
+            return
+        ctx = self._llm._ctx.ctx
+        size = self._llm_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = self._llm_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
+        tokens = self._llm.input_ids[: self._llm.n_tokens].copy()
+        self.states.put(self._owner, SavedState(tokens, bytes(buf[:written])))
+
+    def _restore(self, session_id: str) -> bool:
+        state = self.states.pop(session_id)
+        if state is None:
+            return False
+        ctx = self._llm._ctx.ctx
+        self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
+        if self._llm_cpp.llama_state_seq_set_data(ctx, buf, len(state.kv), 0) == 0:
+            self._llm.reset()
+            return False
+        n = len(state.tokens)
+        self._llm.input_ids[:n] = state.tokens
+        self._llm.n_tokens = n
+        return True
+
+    # -- what runs on it ------------------------------------------------------
+
+    def prefill(
+        self, tokens: list[int], keep_last: int, cancel: CancelToken, usage: LlmUsage
+    ) -> bool:
+        """Evaluate ``tokens`` except the last ``keep_last`` beyond the cached prefix, in
+        batches, checking ``cancel`` between them (a long prefill must not block a barge-in).
+        Returns False if cancelled."""
+        llm = self._llm
+        reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+        if reused == len(tokens) and keep_last:
+            reused -= 1  # llama.cpp replays one token to get fresh logits
+        usage.prompt_tokens = len(tokens)
+        usage.reused_tokens = reused
+        usage.prefill_tokens = len(tokens) - reused
+        llm.n_tokens = reused
+        end = len(tokens) - keep_last
+        for start in range(reused, end, self.n_batch):
+            if cancel.cancelled:
+                return False
+            llm.eval(tokens[start : min(end, start + self.n_batch)])
+        return not cancel.cancelled
+
+    def generate_text(
+        self,
+        tokens: list[int],
+        cancel: CancelToken,
+        usage: LlmUsage,
+        rules: ReplyRules,
+        sampling: tuple[float, float, int],
+        is_end: Callable[[int], bool],
+        stop: int | None = None,
+    ) -> Iterator[str]:
+        """Sample the reply after ``tokens`` (prefilled), as text deltas, under ``rules``
+        (a word before the end; no long copy of the caller; nothing that begins a call),
+        with ``sampling`` (temperature, top_p, the most tokens); ``stop`` ends it like an
+        end-of-turn token."""
+        from llama_cpp import LogitsProcessorList
+
+        temperature, top_p, max_tokens = sampling
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        gen = self._llm.generate(
+            tokens,
+            temp=temperature,
+            top_p=top_p,
+            top_k=40,
+            repeat_penalty=1.1,
+            reset=True,
+            logits_processor=LogitsProcessorList([rules]),
+        )
+        usage.finish_reason = "length"
+        try:
+            for token in gen:
+                if cancel.cancelled:
+                    usage.finish_reason = "cancelled"
+                    break
+                if is_end(token) or token == stop:
+                    usage.finish_reason = "stop"
+                    break
+                usage.completion_tokens += 1
+                text = decoder.decode(self._llm.detokenize([token]))
+                if text:
+                    rules.said(text)
+                    yield text
+                if usage.completion_tokens >= max_tokens:
+                    break
+        finally:
+            gen.close()
+        tail = decoder.decode(b"", final=True)
+        if tail and usage.finish_reason != "cancelled":
+            yield tail
+
+    @contextlib.contextmanager
+    def evaluated_apart(
+        self, prompt: list[int], logits: Callable[[], np.ndarray]
+    ) -> Iterator[None]:
+        """Inside: the context holds ``prompt``, evaluated; after: the owner's state and its
+        next token's logits (``logits()``: the floats the sampler reads), as they were. It costs the
+        prefill of what ``prompt`` does not share with the owner's tokens, and a copy of
+        the owner's KV state both ways."""
+        llm, cpp = self._llm, self._llm_cpp
+        ctx = llm._ctx.ctx
+        n = llm.n_tokens
+        ids = llm.input_ids[:n].copy()
+        kept_logits = logits().copy()
+        size = cpp.llama_state_seq_get_size(ctx, 0)
+        kv = (ctypes.c_uint8 * size)()
+        written = cpp.llama_state_seq_get_data(ctx, kv, size, 0)
+        shared = min(common_prefix(ids, prompt), len(prompt) - 1)
+        try:
+            llm._ctx.kv_cache_seq_rm(-1, shared, -1)
+            llm.n_tokens = shared
+            llm.eval(prompt[shared:])
+            yield
+        finally:
+            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            if cpp.llama_state_seq_set_data(ctx, kv, written, 0) == 0:
+                llm.reset()  # the next request prefills from scratch
+                raise EngineError("the session's state could not be put back after the router")
+            llm.input_ids[:n] = ids
+            llm.n_tokens = n
+            logits()[:] = kept_logits
