@@ -92,6 +92,12 @@ def cmd_overlap(args: argparse.Namespace) -> int:
     return overlap_main(args)
 
 
+def cmd_barge_in_vad(args: argparse.Namespace) -> int:
+    from bench.barge_in_vad import main as barge_in_vad_main
+
+    return barge_in_vad_main(args)
+
+
 def cmd_confirm_cost(args: argparse.Namespace) -> int:
     from bench.confirm_cost import main as confirm_cost_main
 
@@ -126,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     overlap.add_argument("--out", type=Path, default=Path("bench-results/overlap.json"))
     overlap.set_defaults(func=cmd_overlap)
+    barge_in_vad = sub.add_parser(
+        "barge-in-vad",
+        help="offline: how soon the VAD hears speech over the agent, per opening rule",
+    )
+    barge_in_vad.add_argument("--each", type=int, default=30, help="backchannels, interruptions")
+    barge_in_vad.add_argument("--out", type=Path, default=Path("bench-results/barge-in-vad.json"))
+    barge_in_vad.set_defaults(func=cmd_barge_in_vad)
     confirm_cost = sub.add_parser(
         "confirm-cost", help="what a readback and the caller's yes cost on Luigi's bookings"
     )
