@@ -8,54 +8,41 @@ notify) is echoed once the audio queued before it has played, and a clear emptie
 buffer (echoing the marks still in it where the provider does). ``press`` sends a key,
 ``hang_up`` ends the call as the provider does (its stop, or closing the socket).
 
-:class:`PhoneLine` is all of that; a provider's line (``twilio_client.py``,
-``telephony_clients.py``) only writes and reads its messages.
+:class:`PhoneLine` is all of that, the playback's bookkeeping in ``line_playback.py``; a
+provider's line (``twilio_client.py``, ``telephony_clients.py``) only writes and reads its
+messages (``line_messages.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import websockets
 
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
+from voxpipe.clients.line_messages import (
+    CLEAR,
+    MARK,
+    MEDIA,
+    LineMessages,
+    Outgoing,
+    Received,
+    read_media_mark_clear,
+)
+from voxpipe.clients.line_playback import Playback
 from voxpipe.clients.waiting import stop_tasks, wait_until
 
 PLAYER_TICK_S = 0.005
-MEDIA, MARK, CLEAR = "media", "mark", "clear"  # the kinds a line plays; others are only kept
-Outgoing = dict[str, Any] | bytes  # a JSON message (numbered as it goes out) or a binary frame
-
-
-@dataclass
-class Received:
-    """One message from the server, with when it arrived (monotonic seconds). ``kind``: what
-    the line made of it (media, mark, clear, or the message's own event); ``pcm``: a media
-    message's audio as PCM16, ``mark``: a mark's name."""
-
-    at: float
-    message: dict[str, Any]
-    kind: str = ""
-    pcm: bytes = b""
-    mark: str = ""
-
-
-@dataclass
-class _Buffered:
-    ends_at: float  # when the audio up to and including this item has played
-    mark: str | None = None  # a mark's name; None for audio
 
 
 @dataclass
@@ -66,12 +53,10 @@ class Said:
     sent: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class PhoneLine(ABC):
-    rate: ClassVar[int] = 8000
-    frame_ms: ClassVar[int] = 20  # caller audio a media message carries
-    echoes_cleared_marks: ClassVar[bool] = True  # a clear sends back the marks it dropped
-    sequence_key: ClassVar[str | None] = None  # the field numbering messages in send order
-    sequence_as_text: ClassVar[bool] = True  # "7" (Twilio, Telnyx, Exotel) or 7 (Plivo)
+class PhoneLine(LineMessages):
+    """One call over a provider's media stream, played as the provider plays it (see the
+    module's docstring); its provider's messages are the :class:`LineMessages` a subclass
+    writes."""
 
     def __init__(self, url: str, custom_parameters: dict[str, str] | None = None) -> None:
         self.url = url
@@ -81,8 +66,7 @@ class PhoneLine(ABC):
         self.received: list[Received] = []
         self.echoed: list[str] = []  # mark names sent back, in order
         self.dropped: list[str] = []  # marks a clear dropped and the provider does not echo
-        self.received_s = 0.0  # reply audio received
-        self.cleared_s = 0.0  # of which a clear dropped this much unplayed
+        self.playback = Playback()  # the provider's buffer of reply audio
         self._ws: Any = None
         self._chunk = 0
         self._sequence = 0
@@ -90,55 +74,8 @@ class PhoneLine(ABC):
         self._send_lock = asyncio.Lock()
         self._line: deque[bytes] = deque()
         self._said: deque[tuple[int, Said]] = deque()  # (frame number of its last frame, said)
-        self._buffer: deque[_Buffered] = deque()
-        self._ends_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
-
-    # -- the provider's messages ------------------------------------------------
-
-    @abstractmethod
-    def opening(self) -> list[Outgoing]:
-        """What the provider sends as the socket opens, up to its start."""
-
-    @abstractmethod
-    def media(self, payload: bytes, chunk: int, timestamp_ms: int) -> Outgoing:
-        """20 ms of the caller's audio, in the line's encoding."""
-
-    @abstractmethod
-    def key(self, digit: str) -> Outgoing:
-        """A key press."""
-
-    @abstractmethod
-    def echo(self, name: str) -> Outgoing:
-        """The echo of a mark whose audio has played."""
-
-    @abstractmethod
-    def stop(self) -> Outgoing | None:
-        """The provider's end of the call; None: it only closes the socket."""
-
-    @abstractmethod
-    def read(self, message: dict[str, Any]) -> Received:
-        """What a JSON message from the server is (its ``at`` is set when it is kept)."""
-
-    def read_binary(self, data: bytes) -> Received:
-        """A binary message: reply audio, for providers that send it so."""
-        return Received(0.0, {}, "binary")
-
-    def encode(self, pcm16: bytes) -> bytes:
-        """PCM16 -> the line's encoding (μ-law unless the provider says otherwise)."""
-        return ulaw_encode(pcm16)
-
-    def decode(self, data: bytes) -> bytes:
-        return ulaw_decode(data)
-
-    def after_clear(self, dropped: list[str]) -> list[Outgoing]:
-        """What the provider sends once it has cleared: by default, the dropped marks' echoes."""
-        return [self.echo(name) for name in dropped]
-
-    @property
-    def frame_bytes(self) -> int:
-        return len(self.encode(bytes(self.rate * self.frame_ms // 1000 * 2)))
 
     # -- the stream ---------------------------------------------------------
 
@@ -160,10 +97,6 @@ class PhoneLine(ABC):
             asyncio.create_task(self._send_media(), name="line-media"),
             asyncio.create_task(self._play(), name="line-play"),
         ]
-
-    def connect_options(self) -> dict[str, Any]:
-        """Extra handshake options (headers) the provider sends."""
-        return {}
 
     async def _send(self, message: Outgoing) -> None:
         """Send, numbering each JSON message that has the sequence field in send order."""
@@ -212,17 +145,11 @@ class PhoneLine(ABC):
         now = got.at = time.monotonic()
         self.received.append(got)
         if got.kind == MEDIA:
-            duration = len(got.pcm) / 2 / self.rate
-            self.received_s += duration
-            self._ends_at = max(self._ends_at, now) + duration
-            self._buffer.append(_Buffered(self._ends_at))
+            self.playback.audio(now, len(got.pcm) / 2 / self.rate)
         elif got.kind == MARK:
-            self._buffer.append(_Buffered(max(self._ends_at, now), got.mark))
+            self.playback.mark(now, got.mark)
         elif got.kind == CLEAR:
-            dropped = [item.mark for item in self._buffer if item.mark is not None]
-            self.cleared_s += self.buffered_s
-            self._buffer.clear()
-            self._ends_at = now
+            dropped = self.playback.clear(now)
             if not self.echoes_cleared_marks:
                 self.dropped.extend(dropped)
             for message in self.after_clear(dropped):
@@ -236,12 +163,10 @@ class PhoneLine(ABC):
         while True:
             await asyncio.sleep(PLAYER_TICK_S)
             now = time.monotonic()
-            while self._buffer and self._buffer[0].ends_at <= now:
-                item = self._buffer.popleft()
-                if item.mark is not None:
-                    self.echoed.append(item.mark)
-                    await self._send(self.echo(item.mark))
-                    self._changed.set()
+            while (mark := self.playback.next_due(now)) is not None:
+                self.echoed.append(mark)
+                await self._send(self.echo(mark))
+                self._changed.set()
 
     # -- the caller ---------------------------------------------------------
 
@@ -256,11 +181,6 @@ class PhoneLine(ABC):
         self._said.append((self._chunk + len(self._line), said))
         return said
 
-    @property
-    def width(self) -> int:
-        """Bytes a sample on the wire."""
-        return len(self.encode(b"\0\0"))
-
     async def press(self, digit: str) -> None:
         await self._send(self.key(digit))
 
@@ -268,8 +188,19 @@ class PhoneLine(ABC):
         await self._ws.send(text)
 
     @property
+    def received_s(self) -> float:
+        """Reply audio received."""
+        return self.playback.received_s
+
+    @property
+    def cleared_s(self) -> float:
+        """Reply audio a clear dropped before it played."""
+        return self.playback.cleared_s
+
+    @property
     def buffered_s(self) -> float:
-        return max(0.0, self._ends_at - time.monotonic())
+        """Reply audio received and not yet played."""
+        return self.playback.buffered_s
 
     @property
     def played_s(self) -> float:
@@ -312,13 +243,13 @@ class PhoneLine(ABC):
                 await self._ws.close()
 
 
-def read_media_mark_clear(line: PhoneLine, message: dict[str, Any]) -> Received:
-    """The server's ``media``/``mark``/``clear`` in Twilio's shape (base64 ``media.payload``,
-    ``mark.name``), which Telnyx and Exotel share."""
-    kind = str(message.get("event", ""))
-    if kind == MEDIA:
-        pcm = line.decode(base64.b64decode(message["media"]["payload"]))
-        return Received(0.0, message, MEDIA, pcm=pcm)
-    if kind == MARK:
-        return Received(0.0, message, MARK, mark=message["mark"]["name"])
-    return Received(0.0, message, kind)
+__all__ = [
+    "CLEAR",
+    "MARK",
+    "MEDIA",
+    "Outgoing",
+    "PhoneLine",
+    "Received",
+    "Said",
+    "read_media_mark_clear",
+]
