@@ -374,7 +374,7 @@ class SipCall:
             digit = await self._digits.get()
             self.metrics.dtmf.labels(digit).inc()
             log.info("sip call %s: DTMF %s", self.call_id, digit)
-            await session.key_pressed(digit)
+            await session.keypad.pressed(digit)
 
     # -- the session's output -----------------------------------------------------
 

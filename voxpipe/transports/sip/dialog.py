@@ -55,6 +55,11 @@ class Flow(Protocol):
 
     def send(self, data: bytes) -> None: ...
 
+    @property
+    def closed(self) -> bool:
+        """Nothing can be sent on it any more (a TCP connection closed, idle or by the peer)."""
+        ...
+
     def close(self) -> None:
         """A connection of the call's own (a call we placed over TCP) is closed."""
         ...

@@ -123,7 +123,7 @@ class Registration:
 
     async def register(self, expires_s: int) -> int:
         """One REGISTER (challenges answered); the lifetime granted (0: removed)."""
-        if self._flow is None:
+        if self._flow is None or self._flow.closed:  # a TCP connection: opened again
             try:
                 self._flow = await self._flow_to(self.target)
             except Exception as exc:  # DialFailed: not resolvable, no connection

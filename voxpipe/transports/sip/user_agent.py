@@ -104,6 +104,10 @@ class UdpFlow:
         if not self.sock.is_closing():
             self.sock.sendto(data, self.peer)
 
+    @property
+    def closed(self) -> bool:
+        return self.sock.is_closing()
+
     def close(self) -> None:
         """Nothing of its own: the socket is the user agent's."""
 
@@ -119,6 +123,10 @@ class TcpFlow:
     def send(self, data: bytes) -> None:
         if not self.writer.is_closing():
             self.writer.write(data)
+
+    @property
+    def closed(self) -> bool:
+        return self.writer.is_closing()
 
     def close(self) -> None:
         self.writer.close()
