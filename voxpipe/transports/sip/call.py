@@ -90,8 +90,9 @@ class SipCall:
         config = call.services.config
         self.call = call
         self.dialog = dialog
+        self.heard = CallerMedia(self)
         self.media = RtpMedia(
-            rtp_socket, chosen, self, config.sip.jitter_packets, config.audio.max_frame_ms
+            rtp_socket, chosen, self.heard, config.sip.jitter_packets, config.audio.max_frame_ms
         )
         self.instructions: str | None = None  # the session's own (a call we place may say)
         self.answer_sdp = answer_sdp
@@ -104,7 +105,6 @@ class SipCall:
         self._forget = forget
         self._acked = asyncio.Event()
         self._over = asyncio.Event()
-        self._digits: asyncio.Queue[str] = asyncio.Queue(DIGITS)
         self._tasks: set[asyncio.Task[None]] = set()
         self._answered: dict[int, asyncio.Event] = {}  # our requests, by CSeq: answered
         self._statuses: dict[int, int] = {}  # their final answers' status
@@ -188,7 +188,7 @@ class SipCall:
                 return
             assert self.session is not None
             self.session.greet()  # the agent's greeting, if it has one
-            self._spawn(self._press_keys(self.session), "keys")
+            self._spawn(self.heard.press_keys(self.session), "keys")
             await self._over.wait()
         finally:
             await self._close()
@@ -348,34 +348,6 @@ class SipCall:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- media in (RtpMedia's listener) -----------------------------------------
-
-    def caller_audio(self, pcm: bytes) -> None:
-        """The caller may speak once our 200 is out, before its ACK reaches us."""
-        if self.session is not None and self.state is not CallState.TERMINATED:
-            self.session.feed(pcm)
-
-    def caller_digit(self, digit: str) -> None:
-        try:
-            self._digits.put_nowait(digit)
-        except asyncio.QueueFull:
-            self.rtp_dropped("dtmf_overflow")
-
-    def reply_played(self, seq: int) -> None:
-        if self.session is not None:
-            self.session.playback_ack(seq)
-
-    def rtp_dropped(self, reason: str) -> None:
-        self.metrics.rtp_dropped.labels(reason).inc()
-
-    async def _press_keys(self, session: Session) -> None:
-        """Key presses to the session's keypad (``conversation/keypad.py``), in order."""
-        while True:
-            digit = await self._digits.get()
-            self.metrics.dtmf.labels(digit).inc()
-            log.info("sip call %s: DTMF %s", self.call_id, digit)
-            await session.keypad.pressed(digit)
-
     # -- the session's output -----------------------------------------------------
 
     async def send_event(self, event: Event) -> None:
@@ -394,6 +366,44 @@ class SipCall:
 
     async def send_audio(self, frame: AudioOut) -> None:
         self.media.reply.push(frame.seq, frame.pcm)
+
+
+class CallerMedia:
+    """What the call's RTP (:class:`~voxpipe.transports.sip.media.RtpMedia`, whose listener
+    this is) hears, for the call's session: the caller's audio (once the call is answered,
+    until it ends), key presses in order, the reply frames sent as playback acks; what RTP
+    drops, counted."""
+
+    def __init__(self, call: SipCall) -> None:
+        self.call = call
+        self._digits: asyncio.Queue[str] = asyncio.Queue(DIGITS)
+
+    def caller_audio(self, pcm: bytes) -> None:
+        """The caller may speak once our 200 is out, before its ACK reaches us."""
+        session = self.call.session
+        if session is not None and self.call.state is not CallState.TERMINATED:
+            session.feed(pcm)
+
+    def caller_digit(self, digit: str) -> None:
+        try:
+            self._digits.put_nowait(digit)
+        except asyncio.QueueFull:
+            self.rtp_dropped("dtmf_overflow")
+
+    def reply_played(self, seq: int) -> None:
+        if self.call.session is not None:
+            self.call.session.playback_ack(seq)
+
+    def rtp_dropped(self, reason: str) -> None:
+        self.call.metrics.rtp_dropped.labels(reason).inc()
+
+    async def press_keys(self, session: Session) -> None:
+        """Key presses to the session's keypad (``conversation/keypad.py``), in order."""
+        while True:
+            digit = await self._digits.get()
+            self.call.metrics.dtmf.labels(digit).inc()
+            log.info("sip call %s: DTMF %s", self.call.call_id, digit)
+            await session.keypad.pressed(digit)
 
 
 def _caller_uri(from_value: str) -> str | None:

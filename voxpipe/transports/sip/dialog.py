@@ -6,6 +6,9 @@ call we place, from our INVITE and the callee's 2xx (:meth:`Dialog.called`, 12.1
 way the dialog is our URI with our tag, theirs with their tag, where their requests come
 from (their Contact) and the route: from then on both directions read the same.
 
+A flow is a UDP address (:class:`UdpFlow`, on the user agent's socket) or a TCP connection
+(:class:`TcpFlow`): where a dialog's requests and answers go.
+
 The state is an enum with one owner (:class:`~voxpipe.transports.sip.call.SipCall`), which
 changes it in one method. The flow is where the INVITE came from or went to (a UDP address,
 a TCP connection): our requests go the same way, which reaches a caller behind NAT and
@@ -14,6 +17,7 @@ needs no DNS; a Record-Route set is sent back as Route headers.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -63,6 +67,46 @@ class Flow(Protocol):
     def close(self) -> None:
         """A connection of the call's own (a call we placed over TCP) is closed."""
         ...
+
+
+@dataclass
+class UdpFlow:
+    sock: asyncio.DatagramTransport
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    transport: str = "UDP"
+    reliable: bool = False
+
+    def send(self, data: bytes) -> None:
+        if not self.sock.is_closing():
+            self.sock.sendto(data, self.peer)
+
+    @property
+    def closed(self) -> bool:
+        return self.sock.is_closing()
+
+    def close(self) -> None:
+        """Nothing of its own: the socket is the user agent's."""
+
+
+@dataclass
+class TcpFlow:
+    writer: asyncio.StreamWriter
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    transport: str = "TCP"
+    reliable: bool = True
+
+    def send(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(data)
+
+    @property
+    def closed(self) -> bool:
+        return self.writer.is_closing()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 @dataclass

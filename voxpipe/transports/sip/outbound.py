@@ -27,10 +27,12 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from voxpipe.config import SipConfig
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.transports.call import Call
 from voxpipe.transports.sip import digest, sdp
@@ -46,6 +48,7 @@ from voxpipe.transports.sip.message import (
     SipResponse,
     host_port,
     new_branch,
+    new_tag,
     parse,
 )
 
@@ -74,6 +77,27 @@ class Target:
     host: str
     port: int
     transport: str  # "udp" or "tcp"
+
+
+def target_for(to: str, config: SipConfig) -> Target:
+    """Where a call to ``to`` goes: a SIP URI as it is; a number (E.164) at the trunk
+    registered with (``sip:+15550123@<registrar>``)."""
+    if not to.startswith("+"):
+        return target_of(to)
+    if config.registrar is None:
+        raise DialFailed(400, "a number is dialled through a trunk: set sip.registrar")
+    trunk = target_of(config.registrar)
+    host = f"[{trunk.host}]" if ":" in trunk.host else trunk.host
+    tcp = ";transport=tcp" if trunk.transport == "tcp" else ""
+    return Target(f"sip:{to}@{host}:{trunk.port}{tcp}", trunk.host, trunk.port, trunk.transport)
+
+
+def address_of_record(config: SipConfig) -> str | None:
+    """Who we are at the trunk (``sip:<username>@<domain>``), when registered there."""
+    if config.registrar is None or config.username is None:
+        return None
+    domain = config.register_domain or target_of(config.registrar).host
+    return f"sip:{config.username}@{domain}"
 
 
 def target_of(uri: str) -> Target:
@@ -176,6 +200,47 @@ class OutboundCall(SipCall):
         self._authenticated = False  # a challenge to our INVITE has been answered
         self._ack = b""  # our last ACK, sent again for its answer sent again
 
+    @classmethod
+    def to(
+        cls,
+        target: Target,
+        admitted: Call,
+        flow: Flow,
+        host: str,
+        rtp_socket: socket.socket,
+        forget: Callable[[SipCall], None],
+        instructions: str | None = None,
+    ) -> OutboundCall:
+        """A call to ``target`` over ``flow``: our offer on ``rtp_socket``, ``host`` our
+        address in it, From the configured caller id, the registration's address of
+        record, or ``sip:voxpipe@<host>``."""
+        config = admitted.services.config.sip
+        where = f"[{host}]" if ":" in host else host
+        draft = Invite(
+            target,
+            config.caller_id or address_of_record(config) or f"sip:voxpipe@{where}",
+            new_tag(),
+            f"{secrets.token_hex(12)}@voxpipe",
+            f"<sip:voxpipe@{where}:{flow.local[1]};transport={flow.transport.lower()}>",
+            f"SIP/2.0/{flow.transport} {where}:{flow.local[1]}",
+            sdp.offer(config.codecs, host, rtp_socket.getsockname()[1]),
+            config.user_agent,
+        )
+        request, data = draft.write()
+        dialog = Dialog(
+            request,
+            draft.local_tag,
+            host,
+            flow,
+            local=request.headers.get("from") or "",
+            remote=request.headers.get("to") or "",
+            remote_target=target.uri,
+            cseq=1,
+        )
+        return cls(
+            admitted, dialog, rtp_socket, draft, data, forget, config.dial_timeout_s, instructions
+        )
+
     @property
     def target(self) -> str:
         return self.dialog.invite.uri
@@ -257,7 +322,7 @@ class OutboundCall(SipCall):
         self.media = RtpMedia(
             self.media.sock,
             chosen,
-            self,
+            self.heard,
             self.config.jitter_packets,
             self.call.services.config.audio.max_frame_ms,
         )

@@ -37,7 +37,7 @@ from voxpipe.transports.sip.message import (
     new_tag,
     uri_of,
 )
-from voxpipe.transports.sip.outbound import Target, target_of
+from voxpipe.transports.sip.outbound import Target, address_of_record, target_of
 
 log = logging.getLogger("voxpipe.sip")
 
@@ -66,8 +66,7 @@ class Registration:
         self.config = config
         self.target = target_of(config.registrar)
         self.username = config.username
-        self.domain = config.register_domain or self.target.host
-        self.aor = f"sip:{self.username}@{self.domain}"
+        self.aor = address_of_record(config) or ""
         self.call_id = f"{secrets.token_hex(12)}@voxpipe"
         self.registered_s = 0  # the lifetime the registrar granted last; 0: not registered
         self.registrations = 0  # successful REGISTERs (the first, and each renewal)

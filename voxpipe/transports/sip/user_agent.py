@@ -36,12 +36,8 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import secrets
 import socket
-import time
-from collections import OrderedDict
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from voxpipe.config import SipConfig
@@ -49,10 +45,11 @@ from voxpipe.observability.metrics import Metrics
 from voxpipe.transports.call import Call, CallEnd
 from voxpipe.transports.sip import sdp
 from voxpipe.transports.sip.call import ALLOW, SipCall
-from voxpipe.transports.sip.dialog import CallState, Dialog, Flow
+from voxpipe.transports.sip.dialog import CallState, Dialog, Flow, TcpFlow, UdpFlow
 from voxpipe.transports.sip.media import bind_rtp
 from voxpipe.transports.sip.message import (
     Headers,
+    RecentAnswers,
     SipError,
     SipRequest,
     SipResponse,
@@ -60,13 +57,11 @@ from voxpipe.transports.sip.message import (
     parse,
     response,
 )
-from voxpipe.transports.sip.outbound import DialFailed, Invite, OutboundCall, Target, target_of
+from voxpipe.transports.sip.outbound import DialFailed, OutboundCall, Target, target_for
 from voxpipe.transports.sip.registration import Registration
 
 log = logging.getLogger("voxpipe.sip")
 
-RECENT_S = 32.0  # how long an answer is kept for a re-sent request (64 x T1)
-RECENT_MAX = 1024
 LOGGED_REFUSALS = 50  # refusals logged since start; later ones only counted
 TCP_IDLE_S = 300.0  # a TCP connection with nothing said for this long is closed
 CONNECT_TIMEOUT_S = 5.0  # a call we place: resolving its host, opening its TCP connection
@@ -90,73 +85,6 @@ class CallDoor(Protocol):
     def run(self, call: Call, serving: Coroutine[Any, Any, None]) -> None:
         """Serve ``call`` (``serving`` is its life) under the server's watch."""
         ...
-
-
-@dataclass
-class UdpFlow:
-    sock: asyncio.DatagramTransport
-    peer: tuple[str, int]
-    local: tuple[str, int]
-    transport: str = "UDP"
-    reliable: bool = False
-
-    def send(self, data: bytes) -> None:
-        if not self.sock.is_closing():
-            self.sock.sendto(data, self.peer)
-
-    @property
-    def closed(self) -> bool:
-        return self.sock.is_closing()
-
-    def close(self) -> None:
-        """Nothing of its own: the socket is the user agent's."""
-
-
-@dataclass
-class TcpFlow:
-    writer: asyncio.StreamWriter
-    peer: tuple[str, int]
-    local: tuple[str, int]
-    transport: str = "TCP"
-    reliable: bool = True
-
-    def send(self, data: bytes) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(data)
-
-    @property
-    def closed(self) -> bool:
-        return self.writer.is_closing()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-class RecentAnswers:
-    """The last answer to each request, by (Call-ID, CSeq, method, branch), for a while."""
-
-    def __init__(self) -> None:
-        self._answers: OrderedDict[tuple[str, ...], tuple[float, bytes]] = OrderedDict()
-
-    def key(self, request: SipRequest) -> tuple[str, ...]:
-        cseq = request.cseq
-        return request.call_id, str(cseq.number if cseq else ""), request.method, request.branch
-
-    def get(self, request: SipRequest) -> bytes | None:
-        self._expire()
-        found = self._answers.get(self.key(request))
-        return found[1] if found else None
-
-    def put(self, request: SipRequest, data: bytes) -> None:
-        self._answers[self.key(request)] = (time.monotonic(), data)
-        self._answers.move_to_end(self.key(request))
-        while len(self._answers) > RECENT_MAX:
-            self._answers.popitem(last=False)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        while self._answers and now - next(iter(self._answers.values()))[0] > RECENT_S:
-            self._answers.popitem(last=False)
 
 
 class SipUserAgent:
@@ -278,65 +206,21 @@ class SipUserAgent:
     # -- calls we place ---------------------------------------------------------------
 
     async def dial(self, admitted: Call, to: str, instructions: str | None = None) -> OutboundCall:
-        """A call to the SIP URI ``to``, ready to run (its INVITE is sent by its
-        :meth:`~voxpipe.transports.sip.outbound.OutboundCall.run`); :class:`DialFailed` when
-        ``to`` cannot be called from here (400), its host is unknown (404) or unreachable, or
-        no socket or RTP port is free (503)."""
-        target = self._target(to)
+        """A call to ``to`` (a SIP URI; a number: at the trunk registered with), ready to run
+        (its INVITE is sent by its :meth:`~voxpipe.transports.sip.outbound.OutboundCall.run`);
+        :class:`DialFailed` when ``to`` cannot be called from here (400), its host is unknown
+        (404) or unreachable, or no socket or RTP port is free (503)."""
+        target = target_for(to, self.config)
         flow = await self._flow_to(target)
-        host = self._local_host(flow)
         try:
             rtp_socket = bind_rtp(self.config.host, self.config.rtp_port_range)
         except OSError as exc:
             flow.close()
             raise DialFailed(503, f"no RTP port free: {exc}") from exc
-        where = f"[{host}]" if ":" in host else host
-        call_id = f"{secrets.token_hex(12)}@voxpipe"
-        draft = Invite(
-            target,
-            self.config.caller_id or self._address_of_record() or f"sip:voxpipe@{where}",
-            new_tag(),
-            call_id,
-            f"<sip:voxpipe@{where}:{flow.local[1]};transport={flow.transport.lower()}>",
-            f"SIP/2.0/{flow.transport} {where}:{flow.local[1]}",
-            sdp.offer(self.config.codecs, host, rtp_socket.getsockname()[1]),
-            self.config.user_agent,
-        )
-        request, data = draft.write()
-        dialog = Dialog(
-            request,
-            draft.local_tag,
-            host,
-            flow,
-            local=request.headers.get("from") or "",
-            remote=request.headers.get("to") or "",
-            remote_target=target.uri,
-            cseq=1,
-        )
-        call = OutboundCall(
-            admitted, dialog, rtp_socket, draft, data, self._forget, self.config.dial_timeout_s,
-            instructions,
-        )  # fmt: skip
-        self.calls[call_id] = call
+        host = self._local_host(flow)
+        call = OutboundCall.to(target, admitted, flow, host, rtp_socket, self._forget, instructions)
+        self.calls[call.call_id] = call
         return call
-
-    def _target(self, to: str) -> Target:
-        """A SIP URI as it is; a number (E.164) at the trunk registered with."""
-        if not to.startswith("+"):
-            return target_of(to)
-        if self.config.registrar is None:
-            raise DialFailed(400, "a number is dialled through a trunk: set sip.registrar")
-        trunk = target_of(self.config.registrar)
-        host = f"[{trunk.host}]" if ":" in trunk.host else trunk.host
-        tcp = ";transport=tcp" if trunk.transport == "tcp" else ""
-        return Target(f"sip:{to}@{host}:{trunk.port}{tcp}", trunk.host, trunk.port, trunk.transport)
-
-    def _address_of_record(self) -> str | None:
-        """Who we are at the trunk (``sip:<username>@<domain>``), when registered there."""
-        if self.config.registrar is None or self.config.username is None:
-            return None
-        domain = self.config.register_domain or target_of(self.config.registrar).host
-        return f"sip:{self.config.username}@{domain}"
 
     async def _flow_to(self, target: Target) -> UdpFlow | TcpFlow:
         """Our UDP socket pointed at ``target``, or a new TCP connection to it (whose
