@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.support import metric_value
 from tests.unit.conversation.tools_support import called
@@ -24,7 +26,7 @@ from voxpipe.agent.call_control import end_call, transfer_call_to
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
-from voxpipe.transports.sip import rtp
+from voxpipe.transports.sip import rtp, user_agent
 from voxpipe.transports.sip.dtmf import event_payload
 from voxpipe.transports.sip.message import SipResponse
 from voxpipe.transports.sip.sdp import parse_offer
@@ -345,3 +347,42 @@ async def test_a_request_over_the_size_limit_is_413() -> None:
             assert (await phone.next()).status == 413  # type: ignore[union-attr]
         finally:
             phone.close()
+
+
+async def _tcp_answer(reader: asyncio.StreamReader) -> bytes:
+    """One SIP message off a TCP stream (framed by its Content-Length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = re.search(rb"Content-Length: *([0-9]+)", head, re.IGNORECASE)
+    return head + await reader.readexactly(int(length[1]) if length else 0)
+
+
+async def test_a_tcp_connection_stays_open_while_its_call_is_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Idle TCP connections are closed after TCP_IDLE_S, but not one a call's signalling
+    needs: a quiet call's BYE still goes over it."""
+    monkeypatch.setattr(user_agent, "TCP_IDLE_S", 0.3)
+    async with sip_server() as (where, http):
+        phone = await SipPhone(where).open()  # writes the requests; TCP carries them
+        reader, writer = await asyncio.open_connection(*where)
+        idle_reader, idle_writer = await asyncio.open_connection(*where)
+        try:
+            invite, _ = phone.request("INVITE", offer(phone.rtp_port))
+            writer.write(invite.replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+            async with asyncio.timeout(10):
+                while not (answer := await _tcp_answer(reader)).startswith(b"SIP/2.0 200"):
+                    pass
+            phone.to_tag = re.search(rb"To: [^\r]*;tag=([^;\r]+)", answer)[1].decode()  # type: ignore[index]
+            ack, _ = phone.request("ACK", cseq=1)
+            writer.write(ack.replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+            await asyncio.sleep(1.0)  # over three idle timeouts, nothing said
+            assert await asyncio.wait_for(idle_reader.read(), 5) == b""  # no call: closed
+            bye, _ = phone.request("BYE")
+            writer.write(bye.replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+            async with asyncio.timeout(10):
+                assert (await _tcp_answer(reader)).startswith(b"SIP/2.0 200")
+            await until(lambda: _no_calls(http))
+        finally:
+            phone.close()
+            writer.close()
+            idle_writer.close()

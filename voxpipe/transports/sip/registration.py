@@ -70,9 +70,9 @@ class Registration:
         self.call_id = f"{secrets.token_hex(12)}@voxpipe"
         self.registered_s = 0  # the lifetime the registrar granted last; 0: not registered
         self.registrations = 0  # successful REGISTERs (the first, and each renewal)
-        self._flow_to = flow_to
+        self.flow_to = flow_to
         self._local_host = local_host
-        self._flow: Flow | None = None
+        self.flow: Flow | None = None  # to the registrar (a TCP connection: kept open)
         self._tag = new_tag()
         self._cseq = 0
         self._answers: asyncio.Queue[SipResponse] = asyncio.Queue(8)
@@ -111,8 +111,8 @@ class Registration:
                     await self.register(0)
             except (RegistrationFailed, TimeoutError) as exc:
                 log.warning("sip: unregistering %s failed: %s", self.aor, exc)
-        if self._flow is not None:
-            self._flow.close()
+        if self.flow is not None:
+            self.flow.close()
 
     def response_received(self, message: SipResponse) -> None:
         cseq = message.cseq
@@ -122,12 +122,12 @@ class Registration:
 
     async def register(self, expires_s: int) -> int:
         """One REGISTER (challenges answered); the lifetime granted (0: removed)."""
-        if self._flow is None or self._flow.closed:  # a TCP connection: opened again
+        if self.flow is None or self.flow.closed:  # a TCP connection: opened again
             try:
-                self._flow = await self._flow_to(self.target)
+                self.flow = await self.flow_to(self.target)
             except Exception as exc:  # DialFailed: not resolvable, no connection
                 raise RegistrationFailed(str(exc)) from exc
-        flow = self._flow
+        flow = self.flow
         contact = self._contact(flow)
         credentials: tuple[str, str] | None = None
         answered: set[str] = set()  # nonces answered: the same one again is a refusal

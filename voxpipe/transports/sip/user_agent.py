@@ -147,25 +147,37 @@ class SipUserAgent:
     async def _tcp_loop(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flow: TcpFlow
     ) -> None:
-        """Every message on one TCP connection (one we accepted, or one a call we placed
-        opened) until it closes or is idle for :data:`TCP_IDLE_S`."""
+        """Every message on one TCP connection (one we accepted, or one a call we placed or
+        the registration opened) until it closes, or is idle for :data:`TCP_IDLE_S` while no
+        call or registration needs it (a long call's BYE goes out on it)."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         try:
             while True:
-                data = await asyncio.wait_for(self._read_tcp(reader, flow), TCP_IDLE_S)
+                try:
+                    data = await asyncio.wait_for(self._read_tcp(reader, flow), TCP_IDLE_S)
+                except TimeoutError:
+                    if self._needed(flow):
+                        continue
+                    return
                 if data is None:
                     return
                 self.received(data, flow)
                 await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _needed(self, flow: Flow) -> bool:
+        """A call's signalling, or the registration's, goes over ``flow``."""
+        if any(call.dialog.flow is flow for call in self.calls.values()):
+            return True
+        return self.registration is not None and self.registration.flow is flow
 
     async def _read_tcp(self, reader: asyncio.StreamReader, flow: TcpFlow) -> bytes | None:
         """One message off a TCP stream, framed by its Content-Length; None: closed, or a
@@ -175,13 +187,13 @@ class SipUserAgent:
             try:
                 head = await reader.readuntil(b"\r\n\r\n")
             except asyncio.LimitOverrunError:
-                self._refuse_raw(flow, 413, "the message head is too big")
+                self._refuse(flow, Headers(), 413, "the message head is too big")
                 return None
             if not head:
                 return None
         head = head.lstrip(b"\r\n")
         if len(head) > self.config.max_message_bytes:
-            self._refuse_raw(flow, 413, "the message head is too big")
+            self._refuse(flow, Headers(), 413, "the message head is too big")
             return None
         length = 0
         for line in head.split(b"\r\n"):
@@ -189,7 +201,7 @@ class SipUserAgent:
             if name.strip().lower() in (b"content-length", b"l"):
                 length = int(value.strip()) if value.strip().isdigit() else -1
         if not 0 <= length <= self.config.max_message_bytes:
-            self._refuse_raw(flow, 400 if length < 0 else 413, "a bad Content-Length")
+            self._refuse(flow, Headers(), 400 if length < 0 else 413, "a bad Content-Length")
             return None
         return head + await reader.readexactly(length)
 
@@ -199,7 +211,7 @@ class SipUserAgent:
             return  # a keep-alive
         flow = UdpFlow(self._udp, (addr[0], addr[1]), self._udp.get_extra_info("sockname")[:2])
         if len(data) > self.config.max_message_bytes:
-            self._refuse_raw(flow, 413, f"over {self.config.max_message_bytes} bytes")
+            self._refuse(flow, Headers(), 413, f"over {self.config.max_message_bytes} bytes")
             return
         self.received(data, flow)
 
@@ -441,9 +453,6 @@ class SipUserAgent:
         if request is not None:
             self.recent.put(request, data)
         flow.send(data)
-
-    def _refuse_raw(self, flow: Flow, status: int, detail: str) -> None:
-        self._refuse(flow, Headers(), status, detail)
 
     def _count(self, status: int, detail: str, flow: Flow) -> None:
         self.metrics.sip_refused.labels(str(status)).inc()
