@@ -153,8 +153,12 @@ async def _no_calls(http: httpx.AsyncClient) -> bool:
 
 async def test_a_busy_callee_is_acked_and_its_status_reported() -> None:
     async with dialing() as (http, phone):
-        placing = post(http, phone)
+        placing = post(http, phone, key="busy-1")
         invite = await phone.request_in("INVITE")
+        reply(phone, invite, 180, "busy")
+        retried = post(http, phone, key="busy-1")  # the client's retry while it rings
+        await asyncio.sleep(0.3)
+        assert not retried.done()  # it waits for the first request's outcome
         reply(phone, invite, 486, "busy")
         ack = await phone.request_in("ACK")
         assert ack.branch == invite.branch and ack.headers.get("cseq") == "1 ACK"
@@ -164,6 +168,10 @@ async def test_a_busy_callee_is_acked_and_its_status_reported() -> None:
         error = refused.json()
         assert error["code"] == "call_failed" and error["sip_status"] == 486
         assert "486" in error["message"]
+        again = await retried
+        assert again.status_code == 502 and again.json() == error
+        invites = [m for m in phone.received if isinstance(m, SipRequest) and m.method == "INVITE"]
+        assert {m.branch for m in invites} == {invite.branch}  # one call, however re-sent
         await until(lambda: _no_calls(http))
 
 
@@ -171,7 +179,7 @@ async def test_ringing_too_long_is_cancelled() -> None:
     async with dialing(dial_timeout_s=1.0) as (http, phone):
         placing = post(http, phone)
         invite = await phone.request_in("INVITE")
-        reply(phone, invite, 180, "ring")
+        reply(phone, invite, 183, "ring", offer(phone.rtp_port, (0,)))  # early media: ringing
         cancel = await phone.request_in("CANCEL", 5)
         assert cancel.branch == invite.branch and cancel.headers.get("cseq") == "1 CANCEL"
         reply(phone, cancel, 200, "ring")
