@@ -44,7 +44,7 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.overlap_words import no_turn, resume_at, unheard
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.record import CallRecorder
-from voxpipe.conversation.reply_audio import ReplyAudio
+from voxpipe.conversation.reply_audio import FrameNumbers, ReplyAudio
 from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.spoken import SpeechFilter, instead_of_markup
@@ -87,7 +87,7 @@ class ReplyContext:
     services: Services
     send_event: SendEvent
     send_audio: SendAudio
-    next_seq: Callable[[], int]
+    frames: FrameNumbers
     pacer: Pacer
     output_rate: int
     history: Callable[[], list[ChatMessage]]
@@ -358,7 +358,7 @@ class Reply:
         ctx = self.ctx
         audio = ReplyAudio(
             self, ctx.services, stages, cancel, self.tracker, ctx.pacer,
-            (ctx.send_audio, ctx.next_seq), ctx.output_rate, self._wait_until_sendable,
+            (ctx.send_audio, ctx.frames), ctx.output_rate, self._wait_until_sendable,
             self.urgency,
         )  # fmt: skip
         self._audio = audio

@@ -56,6 +56,18 @@ class Phrase:
     text: str
 
 
+class FrameNumbers:
+    """The sequence numbers of a call's reply frames: one count across all its replies (the
+    client acks and clears by them), which a restore carries on."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def next(self) -> int:
+        self.last += 1
+        return self.last
+
+
 class VoicedReply(Protocol):
     """What the audio writes back into its reply, for the session to read."""
 
@@ -80,7 +92,7 @@ class ReplyAudio:
         cancel: CancelToken,
         tracker: PlaybackTracker,
         pacer: Pacer,
-        send: tuple[SendAudio, Callable[[], int]],  # the transport's send, the next seq
+        send: tuple[SendAudio, FrameNumbers],  # the transport's send, the frames' numbers
         output_rate: int,
         sendable: Callable[[], Awaitable[None]],
         urgency: Urgency,
@@ -88,7 +100,7 @@ class ReplyAudio:
         cfg = services.config
         self._reply, self._services, self._stages = reply, services, stages
         self._cancel, self._tracker, self._pacer = cancel, tracker, pacer
-        self._send_audio, self._next_seq = send
+        self._send_audio, self._numbers = send
         self._rate, self._sendable = output_rate, sendable
         self._clauses: asyncio.Queue[str | Phrase | None] = asyncio.Queue(maxsize=64)
         self._frames: asyncio.Queue[tuple[bytes, Sound] | None] = asyncio.Queue(
@@ -234,7 +246,7 @@ class ReplyAudio:
             self._holding = None
             if cancel.cancelled or self._flushes != flushes:
                 continue  # cancelled, or flushed meanwhile: the frame waits in _again
-            seq = self._next_seq()
+            seq = self._numbers.next()
             # Before the send, which may wait: a barge-in meanwhile must clear this frame too,
             # and a flush must send it again.
             reply.first_seq = reply.first_seq or seq

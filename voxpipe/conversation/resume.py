@@ -156,7 +156,7 @@ async def _restore(
     if live.find_session(session_id):  # restored meanwhile by a twin
         return None
     session = open_restored(continued_record(state, session_id))  # its owner: this principal
-    input_samples = session.restore(state, audio_seq=audio_seq)
+    input_samples = session.saved.restore(state, audio_seq=audio_seq)
     session.counts["resumes"] += 1
     metrics.restores.labels("restored").inc()
     log.info(
@@ -166,5 +166,5 @@ async def _restore(
         state.get("turns", 0),
         input_samples,
     )
-    session.persist()  # one epoch on: the copy it was saved from can no longer overwrite it
+    session.saved.persist()  # one epoch on: the copy it was saved from can no longer overwrite it
     return Restored(session, input_samples)

@@ -2,9 +2,11 @@
 
 A session id is what a reconnect presents, so it is random enough that knowing one tells
 nothing about another; each call's record has its own id, since a session id may be reused.
-The saved state says where the caller's audio is accounted for (:class:`AnsweredAudio`):
-a restore asks the client to resend from the end of the last answered turn, and the
-restored history is evaluated on the new worker's LLM at once (:class:`ContextRebuild`).
+:class:`SavedCall` is the session's ``saved``: what it saves after each turn, and how it
+carries on from another worker's save. The saved state says where the caller's audio is
+accounted for (:class:`AnsweredAudio`): a restore asks the client to resend from the end of
+the last answered turn, and the restored history is evaluated on the new worker's LLM at
+once (:class:`ContextRebuild`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from voxpipe.conversation.events import HistorySnapshot
+from voxpipe.conversation.history import History
+from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.replies import Replies
 from voxpipe.conversation.services import CallRecord, Services
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, ToolSpec
+from voxpipe.conversation.tool_ledger import UNKNOWN_SAID, ToolLedger, ToolRun
+from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, ChatMessage, LlmUsage, ToolSpec
 from voxpipe.engines.runner import JobClock
 
 log = logging.getLogger("voxpipe.session")
@@ -126,3 +133,97 @@ class ContextRebuild:
         self._cancel.cancel()
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+
+
+class SavedCall:
+    """What a call saves after each turn (:meth:`state`, :meth:`persist`), and how it carries
+    on from another worker's save (:meth:`restore`): the history and the tools' calls, the
+    numbering of turns and reply frames, and where the caller's audio is accounted for."""
+
+    def __init__(
+        self,
+        recorder: CallRecorder,
+        services: Services,
+        history: History,
+        ledger: ToolLedger,
+        replies: Replies,
+        answered: AnsweredAudio,
+        counts: Counter[str],
+        input_sample_rate: int,
+    ) -> None:
+        self._recorder, self._services = recorder, services
+        self._history, self._ledger, self._replies = history, ledger, replies
+        self._answered, self._counts, self._rate = answered, counts, input_sample_rate
+        self._rebuild: ContextRebuild | None = None
+        self._restored_answer: asyncio.Task[None] | None = None
+
+    def state(self) -> dict[str, Any]:
+        """What a new server needs to carry this conversation on (persistence, restore)."""
+        record = self._recorder.call
+        return {
+            **self._history.saved(),
+            **self._ledger.saved(),
+            "turns": self._replies.last_turn_id,
+            "audio_seq": self._replies.ctx.frames.last,
+            # caller audio to resend on a restore starts here (the session's input rate)
+            "input_samples": self._answered.until * self._rate // STT_SAMPLE_RATE,
+            "input_sample_rate": self._rate,
+            "counts": dict(self._counts),
+            "epoch": record.epoch,
+            "owner": record.owner,
+            "call_id": record.call_id,
+        }
+
+    def persist(self) -> None:
+        """Save :meth:`state` to the store (queued; a no-op without one)."""
+        self._recorder.save(self.state())
+
+    def restore(self, state: dict[str, Any], audio_seq: int = 0) -> int:
+        """Carry on a conversation another worker saved: its history, turn numbering and
+        reply sequence numbers (past ``audio_seq`` too, the last frame the client has, so no
+        frame number is used twice). Returns the input sample from which this session needs
+        the caller's audio again: the end of the last answered turn."""
+        history, ledger, replies, counts = self._history, self._ledger, self._replies, self._counts
+        rate = int(state.get("input_sample_rate") or self._rate)
+        input_samples = int(state.get("input_samples", 0)) * self._rate // rate
+        history.restore(state)
+        replies.last_turn_id = int(state.get("turns", 0))
+        replies.ctx.frames.last = max(int(state.get("audio_seq", 0)), audio_seq)
+        counts.update({k: v for k, v in state.get("counts", {}).items() if isinstance(v, int)})
+        counts["restores"] += 1
+        self._answered.restored(input_samples * STT_SAMPLE_RATE // self._rate)
+        reruns = ledger.restore(state, replies.last_turn_id)
+        if history.turns or history.summary:
+            session_id = self._recorder.call.session_id
+            self._rebuild = ContextRebuild(
+                session_id, self._services, history.messages, counts, ledger.offered
+            )
+        if reruns or (history.turns and history.turns[-1].role == "tool"):
+            # A tool's result (or its unknown outcome) comes after the last word: answer it.
+            said = None if reruns or not ledger.unknown_after_restore else UNKNOWN_SAID
+            self._restored_answer = asyncio.create_task(self._answer_restored(reruns, said))
+        return input_samples
+
+    async def _answer_restored(self, reruns: list[ToolRun], said: str | None) -> None:
+        """``said``: the words for calls whose outcome is unknown, rather than the model's."""
+        await asyncio.gather(*(run.task for run in reruns), return_exceptions=True)
+        if not self._replies.ctx.closed:
+            self._replies.respond(say=said)
+
+    def history_snapshot(self) -> HistorySnapshot:
+        """The conversation as the client may show it (a native client's ``history.get``)."""
+        history = self._history
+        return HistorySnapshot(
+            [{"role": m.role, "content": m.content} for m in history.turns],
+            history.summary,
+            history.summarized_messages,
+        )
+
+    async def close(self) -> None:
+        """Stop the context rebuild and the restored answer, and wait for them."""
+        if self._rebuild is not None:
+            await self._rebuild.close()
+        task = self._restored_answer
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -232,7 +232,7 @@ class NativeConnection:
         self.session = self.call.open_session(
             session_id, self.sinks, rates, turn, start.instructions
         )
-        self.session.persist()  # restorable elsewhere from its first word
+        self.session.saved.persist()  # restorable elsewhere from its first word
         await self.send_event(
             started_event(self.services, self.session, self.cfg.audio.out_frame_ms)
         )

@@ -212,7 +212,7 @@ class ClientEvents:
             await self._client_turn(payload)
         elif kind == "history.get":
             if (session := await self.started("history.get")) is not None:
-                await self.send_event(session.history_snapshot())
+                await self.send_event(session.saved.history_snapshot())
         elif kind == "ping":
             await self.send_event(Pong())
         elif kind == "session.end":

@@ -279,13 +279,15 @@ class RealtimeConnection:
         tools_changed = settings.tools != self.settings.tools
         if tools_changed or settings.instructions != self.settings.instructions:
             # first: a refusal must leave the session as it was
-            overflow = self.session.prompt_overflow(settings.instructions, settings.tools.specs)
+            overflow = self.session.commands.prompt_overflow(
+                settings.instructions, settings.tools.specs
+            )
             if overflow is not None:
                 where = "session.tools" if tools_changed else "session.instructions"
                 raise RealtimeError("invalid_value", overflow, where, warn=True)
         if tools_changed:
             try:
-                self.session.set_client_tools(settings.tools.specs, settings.tools.choice)
+                self.session.commands.set_client_tools(settings.tools.specs, settings.tools.choice)
             except ToolRefused as exc:  # a name the server's own tools already use
                 raise RealtimeError(
                     "invalid_value", str(exc), f"session.tools.{exc.where}", warn=True
@@ -295,8 +297,8 @@ class RealtimeConnection:
         self.settings = settings
         if turn is not None:
             self.session.update_turn_config(turn)
-        self.session.set_turn_taking(vad is not None, vad is None or vad.create_response)
-        self.session.set_system_prompt(settings.instructions)
+        self.session.commands.set_turn_taking(vad is not None, vad is None or vad.create_response)
+        self.session.commands.set_system_prompt(settings.instructions)
         if settings.input_format is not self.inbound.format:
             self.inbound = InboundAudio(settings.input_format)
         self.out.emit("session.updated", session=settings.wire(self.out.dialect))
@@ -311,7 +313,7 @@ class RealtimeConnection:
             raise RealtimeError("invalid_value", reason, "audio") from None
         if not pcm:
             return
-        if self.session.server_vad:
+        if self.session.commands.server_vad:
             self.session.feed(pcm)
             # Backpressure: a client appending faster than real time waits (this loop stops
             # reading, so TCP slows it) while the VAD catches up; what is dropped even so is
@@ -322,13 +324,13 @@ class RealtimeConnection:
 
     async def _commit(self, payload: dict[str, Any]) -> None:
         BufferEvent.model_validate(payload)
-        if self.session.server_vad:
+        if self.session.commands.server_vad:
             raise RealtimeError(
                 "invalid_value",
                 "with server_vad turn detection the server commits the audio itself; set "
                 "turn_detection to null to commit turns with input_audio_buffer.commit",
             )
-        turn_id = await self.session.commit_input()
+        turn_id = await self.session.commands.commit_input()
         if turn_id is None:
             raise RealtimeError(
                 "input_audio_buffer_commit_empty",
@@ -339,7 +341,7 @@ class RealtimeConnection:
 
     async def _clear(self, payload: dict[str, Any]) -> None:
         BufferEvent.model_validate(payload)
-        self.session.clear_input()
+        self.session.commands.clear_input()
         self.user_items.cleared()
         self.out.emit("input_audio_buffer.cleared")
 

@@ -78,7 +78,7 @@ class ItemEdits:
                     f"item.content.{i}.type",
                 )
         text = "\n".join(part.text or "" for part in spec.content)
-        message = self.session.add_message(spec.role, text)
+        message = self.session.commands.add_message(spec.role, text)
         item = Item(spec.id or new_id("item"), spec.role, False, text, message=message)
         item.finished = True
         return item
@@ -93,7 +93,7 @@ class ItemEdits:
         item_id = spec.id or new_id("item")
         if spec.type == "function_call_output":
             call_id, output = _required(spec.call_id, "call_id"), _required(spec.output, "output")
-            if not self._refusing(self.session.add_tool_output, call_id, output):
+            if not self._refusing(self.session.commands.add_tool_output, call_id, output):
                 raise RealtimeError(
                     "invalid_value",
                     f"no function call with call_id '{call_id[:64]}' is waiting for its output",
@@ -110,7 +110,7 @@ class ItemEdits:
                 "invalid_value", "arguments must be a JSON object, as a string", "item.arguments"
             )
         call_id = spec.call_id or new_tool_call_id()
-        if not self._refusing(self.session.add_tool_call, call_id, name, arguments):
+        if not self._refusing(self.session.commands.add_tool_call, call_id, name, arguments):
             raise RealtimeError(
                 "invalid_value", f"call_id '{call_id[:64]}' is already used", "item.call_id"
             )
@@ -147,16 +147,16 @@ class ItemEdits:
                 "item_id",
             )
         if item.message is not None:
-            self.session.delete_message(item.message)
+            self.session.commands.delete_message(item.message)
         elif item.turn_id is not None:
-            turn = self.session.turn_messages(item.turn_id)
+            turn = self.session.commands.turn_messages(item.turn_id)
             if turn is None and not item.finished:
                 raise RealtimeError(
                     "invalid_value", "the item's turn is still in progress", "item_id"
                 )
             message = None if turn is None else turn.user if item.role == "user" else turn.assistant
             if message is not None:
-                self.session.delete_message(message)
+                self.session.commands.delete_message(message)
         self.items.remove(item.id)
         self.out.emit("conversation.item.deleted", item_id=item.id)
 
@@ -177,7 +177,7 @@ class ItemEdits:
                 "invalid_value", "the item has one content part, index 0", "content_index"
             )
         self.responses.stopped_by_client(item.turn_id)
-        text = await self.session.truncate_reply(item.turn_id, truncate.audio_end_ms)
+        text = await self.session.commands.truncate_reply(item.turn_id, truncate.audio_end_ms)
         if text is None:
             raise RealtimeError("invalid_value", "the item's audio is no longer known", "item_id")
         item.text = text

@@ -89,7 +89,7 @@ class Responses:
                 "response.conversation" if params.conversation == "none" else "response.input",
             )
         active = next(iter(self._responses.values()), None)
-        if self.session.responding:
+        if self.session.replies.responding:
             where = f": {active.id}" if active is not None else ""
             raise RealtimeError(
                 "conversation_already_has_active_response",
@@ -97,7 +97,7 @@ class Responses:
                 "the response is finished before creating a new one.",
             )
         choice = self._tool_choice(params) if params is not None else None
-        response = self._start(self.session.respond(tool_choice=choice))
+        response = self._start(self.session.replies.respond(tool_choice=choice))
         response.metadata = params.metadata if params is not None else None
 
     def _tool_choice(self, params: ResponseIn) -> str | None:
@@ -121,7 +121,7 @@ class Responses:
             )
         for response in targets:
             response.client_stopped = True
-        if not await self.session.cancel_response():
+        if not await self.session.commands.cancel_response():
             raise RealtimeError(
                 "response_cancel_not_active", "Cancellation failed: no active response found."
             )

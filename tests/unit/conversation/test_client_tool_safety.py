@@ -39,9 +39,9 @@ SHADOW = ToolSpec("cancel_booking", "Cancel, the client's way.", {"type": "objec
 
 def test_a_client_tool_may_not_take_a_server_tools_name(make_call: Callable[..., Call]) -> None:
     call = make_call(agent=running(cancel_booking))
-    call.session.set_client_tools([LOOKUP])
+    call.session.commands.set_client_tools([LOOKUP])
     with pytest.raises(ToolRefused) as refused:
-        call.session.set_client_tools([LOOKUP, SHADOW], "cancel_booking")
+        call.session.commands.set_client_tools([LOOKUP, SHADOW], "cancel_booking")
     assert refused.value.where == "1.name"
     offered = call.session.ledger.offered() or []
     assert [t.name for t in offered] == ["cancel_booking", "lookup"], "the tools stay as they were"
@@ -52,10 +52,11 @@ def test_a_client_tool_may_not_take_a_server_tools_name(make_call: Callable[...,
 def test_a_client_may_not_write_a_server_tools_call(make_call: Callable[..., Call]) -> None:
     call = make_call(agent=running(cancel_booking))
     with pytest.raises(ToolRefused) as refused:
-        call.session.add_tool_call("call_f", "cancel_booking", '{"name": "Lee"}')
+        call.session.commands.add_tool_call("call_f", "cancel_booking", '{"name": "Lee"}')
     assert refused.value.where == "name"
     assert call.session.history.turns == []
-    assert call.session.add_tool_call("call_c", "lookup", "{}") is True  # its own: as before
+    commands = call.session.commands
+    assert commands.add_tool_call("call_c", "lookup", "{}") is True  # its own: as before
 
 
 async def test_a_client_may_not_answer_a_server_tools_call(
@@ -66,7 +67,7 @@ async def test_a_client_may_not_answer_a_server_tools_call(
     call = make_call(agent=running(cancel_booking))
     call.session.ledger.record_calls(1, [called("cancel_booking", "call_s", name="Lee")])
     with pytest.raises(ToolRefused) as refused:
-        call.session.add_tool_output("call_s", '{"cancelled": true}')
+        call.session.commands.add_tool_output("call_s", '{"cancelled": true}')
     assert refused.value.where == "call_id"
     assert [m.role for m in call.session.history.turns] == ["assistant"], "no result recorded"
     assert not call.session.ledger.answered("call_s")
@@ -85,7 +86,7 @@ async def test_a_turn_that_cannot_fit_ends_with_a_typed_error_and_no_traceback(
 ) -> None:
     caplog.set_level(logging.WARNING)
     call = make_call(llm=TooLongLlm())
-    call.session.respond()
+    call.session.replies.respond()
     await call.idle()
     errors = call.of(ErrorEvent)
     assert [(e.code, e.message) for e in errors] == [

@@ -35,7 +35,7 @@ async def test_a_client_tool_call_ends_the_reply_and_waits_for_its_output(
     ]
     llm = FakeLlm(script, ["Found", " you, Mr Smith."])
     call = make_call(llm=llm, agent=running(opening_hours))
-    call.session.set_client_tools([LOOKUP])
+    call.session.commands.set_client_tools([LOOKUP])
     await call.say()
     await call.idle()
 
@@ -51,10 +51,10 @@ async def test_a_client_tool_call_ends_the_reply_and_waits_for_its_output(
     assert len(llm.calls) == 1  # no tool ran, no second request
     assert [m.role for m in call.session.history.turns] == ["user", "assistant"]
 
-    assert call.session.add_tool_output("c1", '{"name": "Smith"}') is True
-    assert call.session.add_tool_output("c1", "again") is False  # answered already
-    assert call.session.add_tool_output("nope", "{}") is False
-    assert call.session.respond() == 2
+    assert call.session.commands.add_tool_output("c1", '{"name": "Smith"}') is True
+    assert call.session.commands.add_tool_output("c1", "again") is False  # answered already
+    assert call.session.commands.add_tool_output("nope", "{}") is False
+    assert call.session.replies.respond() == 2
     await call.idle()
     assert [m.role for m in llm.calls[1]] == ["system", "user", "assistant", "tool"]
     # Asked for on the output, the reply answers it in words: the tools stay in the prompt
@@ -67,11 +67,11 @@ async def test_a_client_writes_a_call_into_the_conversation(
     make_call: Callable[..., Call],
 ) -> None:
     call = make_call(agent=running())
-    assert call.session.add_tool_call("c9", "lookup", '{"q": "Lee"}') is True
-    assert call.session.add_tool_call("c9", "lookup", "{}") is False  # the id is taken
+    assert call.session.commands.add_tool_call("c9", "lookup", '{"q": "Lee"}') is True
+    assert call.session.commands.add_tool_call("c9", "lookup", "{}") is False  # the id is taken
     (message,) = call.session.history.turns
     assert message.tool_calls[0].arguments == {"q": "Lee"}
-    assert call.session.add_tool_output("c9", '"found"') is True
+    assert call.session.commands.add_tool_output("c9", '"found"') is True
     assert call.session.history.turns[-1].tool_call_id == "c9"
 
 
@@ -80,11 +80,11 @@ async def test_tool_choice_goes_to_the_model_with_every_tool(
 ) -> None:
     llm = FakeLlm(["Hi."])
     call = make_call(llm=llm, agent=running(opening_hours))
-    call.session.set_client_tools([LOOKUP], tool_choice="none")
-    call.session.respond()
+    call.session.commands.set_client_tools([LOOKUP], tool_choice="none")
+    call.session.replies.respond()
     await call.idle()
-    call.session.set_client_tools([LOOKUP], tool_choice="lookup")
-    call.session.respond()
+    call.session.commands.set_client_tools([LOOKUP], tool_choice="lookup")
+    call.session.replies.respond()
     await call.idle()
     assert [[t.name for t in offered] for offered in llm.tools] == [["opening_hours", "lookup"]] * 2
     assert llm.tool_choices == ["none", "lookup"]

@@ -22,20 +22,20 @@ async def test_manual_commit_is_transcribed_and_answered_only_on_request(
 ) -> None:
     call = make_call(stt=FakeStt("hello there"))
     session = call.session
-    session.set_turn_taking(server_vad=False, auto_respond=True)
+    session.commands.set_turn_taking(server_vad=False, auto_respond=True)
     await call.push(speech(12))
     await call.push(silence(30))
     assert not call.of(SpeechStarted), "no VAD in manual mode"
-    turn = await session.commit_input()
+    turn = await session.commands.commit_input()
     assert turn == 1
     await call.idle()
     assert call.of(Transcript) == [Transcript(1, "hello there")]
     assert [d.status for d in call.of(ResponseDone)] == ["committed"]
     assert history(call) == [("user", "hello there")]
-    assert await session.commit_input() is None, "nothing new to commit"
+    assert await session.commands.commit_input() is None, "nothing new to commit"
 
-    assert session.respond() == 2
-    assert session.responding
+    assert session.replies.respond() == 2
+    assert session.replies.responding
     await call.idle()
     done = call.done(2)
     assert done is not None and done.status == "completed"
@@ -46,7 +46,7 @@ async def test_manual_commit_is_transcribed_and_answered_only_on_request(
 
 async def test_server_vad_without_auto_response(make_call: Callable[..., Call]) -> None:
     call = make_call(stt=FakeStt("hello there"))
-    call.session.set_turn_taking(server_vad=True, auto_respond=False)
+    call.session.commands.set_turn_taking(server_vad=True, auto_respond=False)
     await call.say()
     await call.idle()
     assert [d.status for d in call.of(ResponseDone)] == ["committed"]
@@ -57,7 +57,7 @@ async def test_server_vad_without_auto_response(make_call: Callable[..., Call]) 
 async def test_clear_input_forgets_speech_in_progress(make_call: Callable[..., Call]) -> None:
     call = make_call()
     await call.push(speech(12))
-    call.session.clear_input()
+    call.session.commands.clear_input()
     await call.push(silence(30))
     await call.idle()
     assert not call.of(ResponseDone) and not call.session.history.turns
@@ -73,13 +73,13 @@ async def test_truncate_keeps_the_words_played_and_can_grow_back(
     full = [("user", "hello there"), ("assistant", "Hello there, nice to meet you.")]
     assert history(call) == full
     # Each clause is 100 ms of audio: 150 ms is the first clause and half of the second.
-    assert await session.truncate_reply(1, 150) == "Hello there, nice to"
+    assert await session.commands.truncate_reply(1, 150) == "Hello there, nice to"
     assert history(call)[1] == ("assistant", "Hello there, nice to")
-    assert await session.truncate_reply(1, 0) == ""
+    assert await session.commands.truncate_reply(1, 0) == ""
     assert history(call) == full[:1], "nothing heard: no assistant message"
-    assert await session.truncate_reply(1, 100) == "Hello there,"
+    assert await session.commands.truncate_reply(1, 100) == "Hello there,"
     assert history(call) == [full[0], ("assistant", "Hello there,")]
-    assert await session.truncate_reply(7, 100) is None
+    assert await session.commands.truncate_reply(7, 100) is None
 
 
 async def test_cancel_and_truncate_a_reply_in_flight(make_call: Callable[..., Call]) -> None:
@@ -88,15 +88,15 @@ async def test_cancel_and_truncate_a_reply_in_flight(make_call: Callable[..., Ca
     session = call.session
     await call.say()
     await call.until(lambda: call.frames(1))
-    assert await session.cancel_response()
+    assert await session.commands.cancel_response()
     await call.idle()
     done = call.done(1)
     assert done is not None and done.status == "cancelled"
-    assert not await session.cancel_response(), "nothing in flight"
+    assert not await session.commands.cancel_response(), "nothing in flight"
 
-    turn = session.respond()
+    turn = session.replies.respond()
     await call.until(lambda: call.frames(turn))
-    assert await session.truncate_reply(turn, 0) == ""
+    assert await session.commands.truncate_reply(turn, 0) == ""
     done = call.done(turn)
     assert done is not None and done.status == "interrupted" and done.text == ""
     assert session.counts["truncations"] == 1
@@ -105,10 +105,10 @@ async def test_cancel_and_truncate_a_reply_in_flight(make_call: Callable[..., Ca
 async def test_client_items_are_added_and_deleted(make_call: Callable[..., Call]) -> None:
     call = make_call()
     session = call.session
-    first = session.add_message("user", "same")
-    second = session.add_message("user", "same")
-    assert session.delete_message(second)
+    first = session.commands.add_message("user", "same")
+    second = session.commands.add_message("user", "same")
+    assert session.commands.delete_message(second)
     assert session.history.turns == [first] and session.history.turns[0] is first
-    assert not session.delete_message(second)
-    session.set_system_prompt("Be terse.")
+    assert not session.commands.delete_message(second)
+    session.commands.set_system_prompt("Be terse.")
     assert session.history.messages()[0] == ChatMessage("system", "Be terse.")

@@ -31,7 +31,7 @@ async def test_the_call_ends_after_the_goodbye_has_played(make_call: Callable[..
     # The end came after every frame of the goodbye, and once they had had time to play.
     frames = [e for e in call.sent if isinstance(e, AudioOut)]
     assert frames and call.sent.index(ended) > call.sent.index(frames[-1])
-    assert time.monotonic_ns() >= call.session.ctx.pacer.ends_at_ns
+    assert time.monotonic_ns() >= call.session.replies.ctx.pacer.ends_at_ns
     assert call.session.counts["ended_by_agent"] == 1
 
 

@@ -122,7 +122,7 @@ async def test_uncommitted_audio_past_max_turn_is_told_too(
 ) -> None:
     call = make_call(turn_config=TurnConfig(max_turn_s=2.0))
     session = call.session
-    session.set_turn_taking(server_vad=False, auto_respond=False)  # the client commits
+    session.commands.set_turn_taking(server_vad=False, auto_respond=False)  # the client commits
     for frame in frames(3.0):
         await session.push_audio(frame)
     await call.until(lambda: notices(call), 1.0)

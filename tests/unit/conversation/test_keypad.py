@@ -35,7 +35,7 @@ async def test_keys_are_a_turn_the_agent_answers(make_call: Callable[..., Call])
     llm = FakeLlm(["Thanks, account 1234 found."])
     call = make_call(stt=FakeStt("hello"), llm=llm, turn={"keypad_idle_ms": 500})
     for digit in "1234":
-        await call.session.key_pressed(digit)
+        await call.session.keypad.pressed(digit)
     assert llm.calls == []  # the caller may still be typing
     await call.push(silence(20))  # 640 ms of the line's audio: past the idle time
     await call.idle()
@@ -56,8 +56,8 @@ async def test_a_key_over_the_reply_stops_it(make_call: Callable[..., Call]) -> 
     call = make_call(stt=FakeStt("menu please"), llm=llm)
     await call.say()
     await call.until(lambda: len(call.frames(1)) >= 6)
-    await call.session.key_pressed("2")
-    await call.session.key_pressed("#")
+    await call.session.keypad.pressed("2")
+    await call.session.keypad.pressed("#")
     await call.idle()
 
     first, second = call.done(1), call.done(2)

@@ -176,7 +176,7 @@ def saved_state(world: World, session_id: str, owner: str = ALICE.id, epoch: int
     other = Session(
         session_id, world.services, world._send_event, world._send_audio, RATE, RATE, record=record
     )
-    state = other.state()
+    state = other.saved.state()
     state.update(turns=2, audio_seq=40, input_samples=32000)
     world.store.states[session_id] = state
 
@@ -239,7 +239,7 @@ async def test_a_session_never_held_here_is_restored_from_the_store(
     assert world.opened == [CallRecord("call-7", "s1", ALICE.id, 4)], "one epoch on"
     session = outcome.session
     assert session.counts["resumes"] == 1 and session.counts["restores"] == 1
-    assert session.state()["audio_seq"] == 55, "numbering goes on past the client's frame"
+    assert session.saved.state()["audio_seq"] == 55, "numbering goes on past the client's frame"
     assert world.restores("restored") == 1
     assert world.store.saved[-1][0].epoch == 4, "persisted at once: the old copy is fenced"
     assert any("restored from the store" in r.getMessage() for r in caplog.records)

@@ -35,11 +35,13 @@ async def test_a_result_read_out_as_json_is_said_in_words(
 ) -> None:
     llm = FakeLlm([called("book_taxi", "c1", pickup="home")], READ_OUT)
     call = make_call(llm=llm, agent=running())
-    call.session.set_client_tools([BOOK_TAXI])
+    call.session.commands.set_client_tools([BOOK_TAXI])
     await call.say()
     await call.idle()
-    assert call.session.add_tool_output("c1", '{"ok": true, "taxi_id": 12, "eta_minutes": 7}')
-    call.session.respond()
+    assert call.session.commands.add_tool_output(
+        "c1", '{"ok": true, "taxi_id": 12, "eta_minutes": 7}'
+    )
+    call.session.replies.respond()
     await call.idle()
 
     assert llm.calls[1][-1].content.endswith("\n" + SAY_THE_RESULT)  # the model is asked
@@ -52,7 +54,7 @@ async def test_a_call_written_as_text_with_no_result_to_say_is_not_read_out(
 ) -> None:
     llm = FakeLlm(['<tool_call>\n{"name": "book_taxi", ', '"arguments": {}}\n</tool_call>'])
     call = make_call(llm=llm, agent=running())
-    call.session.set_client_tools([BOOK_TAXI], "none")
+    call.session.commands.set_client_tools([BOOK_TAXI], "none")
     await call.say()
     await call.idle()
     assert spoken_everywhere(call, 1) == CANNOT_SAY
@@ -61,11 +63,11 @@ async def test_a_call_written_as_text_with_no_result_to_say_is_not_read_out(
 async def test_a_reply_s_own_tool_choice_is_the_model_s(make_call: Callable[..., Call]) -> None:
     llm = FakeLlm(["Sure."])
     call = make_call(llm=llm, agent=running())
-    call.session.set_client_tools([BOOK_TAXI], "none")
+    call.session.commands.set_client_tools([BOOK_TAXI], "none")
     call.session.history.add_user("A taxi home, please.")
-    call.session.respond(tool_choice="required")
+    call.session.replies.respond(tool_choice="required")
     await call.idle()
-    call.session.respond()
+    call.session.replies.respond()
     await call.idle()
     assert llm.tool_choices == ["required", "none"]
     assert [d.status for d in call.of(ResponseDone)] == ["completed", "completed"]

@@ -46,7 +46,7 @@ async def restored(
         agent=running(booking_tool(runs, **tool)),
         store=StateStore(),
     )
-    call.session.restore(state)
+    call.session.saved.restore(state)
     await call.until(lambda: call.done(2) is not None)
     return call
 
@@ -69,7 +69,7 @@ async def test_an_answered_call_restores_quietly(make_call: Callable[..., Call])
     runs: list[str] = []
     answer = {"role": "assistant", "content": "Booked."}
     call = make_call(llm=FakeLlm(), agent=running(booking_tool(runs)))
-    call.session.restore(saved_state([USER, call_message(), result_message(), answer]))
+    call.session.saved.restore(saved_state([USER, call_message(), result_message(), answer]))
     await call.idle()
     assert runs == [] and call.llm.calls == []  # nothing to run, nothing to answer
 
@@ -98,7 +98,7 @@ async def test_an_idempotent_tool_runs_again_once(make_call: Callable[..., Call]
     call = await restored(make_call, saved_state([USER, call_message()]), runs, idempotent=True)
     assert runs == ["Smith"]
     assert call.session.history.turns[2] == ChatMessage("tool", '"booked"', tool_call_id="call_1")
-    assert call.session.state()["tool_reruns"] == ["call_1"]
+    assert call.session.saved.state()["tool_reruns"] == ["call_1"]
 
     # Should this worker die too while it ran: the next one does not run it a third time.
     again: list[str] = []
@@ -114,5 +114,5 @@ async def test_tool_calls_and_results_survive_the_saved_state(
     runs: list[str] = []
     state = saved_state([USER, call_message(), result_message()])
     call = await restored(make_call, state, runs)
-    again = call.session.state()
+    again = call.session.saved.state()
     assert again["messages"][:3] == [USER, call_message(), result_message()]

@@ -163,13 +163,13 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
     llm = FakeLlm([called("check_availability", party_size=2)], ["Yes", ", we have a table."])
     call = make_call(llm=llm, agent=running(check_availability), deadlines={"filler": ""})
     sent_at: list[float] = []
-    send = call.session.ctx.send_audio
+    send = call.session.replies.ctx.send_audio
 
     async def timed(frame: AudioOut) -> None:
         sent_at.append(time.monotonic())
         await send(frame)
 
-    call.session.ctx.send_audio = timed
+    call.session.replies.ctx.send_audio = timed
     await call.say()
     await call.until(lambda: call.done(1) is not None, within_s=6)
 

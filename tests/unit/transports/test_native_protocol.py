@@ -24,12 +24,20 @@ from voxpipe.transports.native_protocol import ClientEvents, TurnOptions, merge_
 MAX_BYTES = 1024
 
 
+class FakeSaved:
+    """The session's saved conversation (``Session.saved``): its history."""
+
+    def history_snapshot(self) -> HistorySnapshot:
+        return HistorySnapshot(messages=[], summary="", summarized_messages=0)
+
+
 class FakeSession:
     """What the events reach of a session: its turn options, playback and history."""
 
     def __init__(self) -> None:
         self.turn_config = TurnConfig()
         self.acked: list[int] = []
+        self.saved = FakeSaved()
 
     def update_turn_config(self, turn_config: TurnConfig) -> None:
         self.turn_config = turn_config
@@ -37,9 +45,6 @@ class FakeSession:
     def playback_ack(self, seq: int) -> bool:
         self.acked.append(seq)
         return seq <= 10  # frames 1..10 were sent
-
-    def history_snapshot(self) -> HistorySnapshot:
-        return HistorySnapshot(messages=[], summary="", summarized_messages=0)
 
 
 class Wire:

@@ -64,6 +64,8 @@ class FakeSession:
         self.calls: list[tuple[str, str, str]] = []
         self.turns = 0
         self.tool_choices: list[str | None] = []  # each response's own; None: the session's
+        self.commands = self  # Session.commands: add_tool_output, add_tool_call
+        self.replies = self  # Session.replies: respond, responding
 
     def add_tool_output(self, call_id: str, output: str) -> bool:
         if call_id not in self.awaiting:

@@ -49,7 +49,7 @@ async def test_a_caller_number_that_is_not_printable_reaches_no_tool(spec: Spec)
         await made.start()
         session = made.conn.session
         assert session is not None
-        assert session.call_context().caller is None
-        assert session.call_context().identity == session.owner
+        assert session.control.call_context().caller is None
+        assert session.control.call_context().identity == session.owner
     finally:
         await made.stream.close()

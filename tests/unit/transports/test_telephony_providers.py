@@ -165,8 +165,8 @@ async def test_a_start_opens_a_session_at_the_provider_s_rate(wire: Wire) -> Non
     assert session is not None and session.id == wire.sid == wire.line.stream_sid
     assert session.input_sample_rate == session.output_sample_rate == wire.spec.rate
     plivo = wire.spec.provider is Plivo  # its extraHeaders take letters and digits only
-    assert session.call_context().caller == ("15550100" if plivo else "+15550100")
-    assert session.call_context().transport == wire.spec.provider.name
+    assert session.control.call_context().caller == ("15550100" if plivo else "+15550100")
+    assert session.control.call_context().transport == wire.spec.provider.name
 
 
 async def test_reply_frames_and_marks_in_the_provider_s_messages(wire: Wire) -> None:

@@ -234,7 +234,7 @@ async def test_the_caller_s_number_reaches_the_tools_call_context(
     await line.until(lambda: line.conn.session is not None)
     session = line.conn.session
     assert session is not None
-    context = session.call_context()
+    context = session.control.call_context()
     assert (context.caller, context.transport, context.session_id) == (caller, "twilio", SID)
     assert context.identity == (f"tel:{caller}" if caller else "anonymous")
 

@@ -304,7 +304,7 @@ class MediaStream:
         keypad makes the digits a turn (``conversation/keypad.py``)."""
         self.services.metrics.dtmf.labels(digit).inc()
         self.log.info("%s stream %s: DTMF %s", *self._who(), digit)
-        await session.key_pressed(digit)
+        await session.keypad.pressed(digit)
 
     async def _transfer(self, target: str) -> None:
         """The provider puts the call through (which ends this stream); if it cannot, the

@@ -1,0 +1,92 @@
+"""A tool's hold on the call itself: ending it, or moving it to another number.
+
+A tool is told who the call is for (:meth:`CallControl.call_context`), and through it may end
+or transfer the call. Neither happens at once: the reply in progress says its goodbye (or
+"putting you through") first, and the transport is told (``CallEnded``, ``CallTransfer``)
+once the caller has heard it out. A caller who talks over that reply keeps the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from voxpipe.agent.call_context import CallContext
+from voxpipe.conversation.events import CallEnded, CallTransfer, SendEvent
+from voxpipe.conversation.inbound import Inbound
+from voxpipe.conversation.playback import Pacer
+from voxpipe.conversation.reply import Reply
+from voxpipe.conversation.reply_status import ReplyStatus
+from voxpipe.conversation.services import CallRecord
+
+
+class CallControl:
+    """The session's ``control``: a tool's end of the call or transfer, carried out once the
+    caller has heard the reply in progress."""
+
+    def __init__(
+        self,
+        record: CallRecord,
+        caller: str | None,
+        inbound: Inbound,
+        pacer: Pacer,
+        send_event: SendEvent,
+        counts: Counter[str],
+    ) -> None:
+        """``inbound`` names the transport, once the call is attached to one; ``pacer``
+        says when the caller will have heard the reply out."""
+        self._record, self._caller, self._inbound = record, caller, inbound
+        self._pacer, self._send_event, self._counts = pacer, send_event, counts
+        self._closed = False
+        self._ending: CallEnded | CallTransfer | None = None  # a tool's, after this reply
+        self._end_task: asyncio.Task[None] | None = None
+
+    def call_context(self) -> CallContext:
+        """Who this call is for, as its tools are told (``agent/call_context.py``)."""
+        record = self._record
+        return CallContext(
+            record.owner,
+            record.call_id,
+            record.session_id,
+            self._inbound.transport,
+            self._caller,
+            lambda reason: self._after_reply(CallEnded(reason)),
+            lambda target: self._after_reply(CallTransfer(target)),
+        )
+
+    def _after_reply(self, event: CallEnded | CallTransfer) -> bool:
+        """A tool ended or transferred the call: the transport is told once the reply in
+        progress has been heard (:meth:`reply_finished`). False if the call is over."""
+        if self._closed:
+            return False
+        self._ending = event
+        return True
+
+    def reply_finished(self, reply: Reply) -> None:
+        """A reply is done: if a tool ended or moved the call meanwhile, the caller hears the
+        reply out first; if the caller talked over it, the call is not over yet."""
+        if self._ending is None or self._end_task is not None:
+            return
+        if reply.status is ReplyStatus.INTERRUPTED:
+            self._ending = None  # the caller talked over the goodbye: not over yet
+        else:
+            self._end_task = asyncio.create_task(
+                self._end_after_playback(self._ending), name=f"end-{self._record.session_id}"
+            )
+
+    async def _end_after_playback(self, event: CallEnded | CallTransfer) -> None:
+        """The last reply is done; the caller hears it out, then the call ends or moves."""
+        await asyncio.sleep(max(0.0, self._pacer.ends_at_ns - time.monotonic_ns()) / 1e9)
+        if not self._closed:
+            self._counts["ended_by_agent" if isinstance(event, CallEnded) else "transfers"] += 1
+            await self._send_event(event)
+
+    async def close(self) -> None:
+        """The call is closing: no tool ends or moves it any more, and the end waiting for
+        the caller to hear the last reply out is called off."""
+        self._closed = True
+        task = self._end_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
