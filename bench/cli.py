@@ -104,6 +104,12 @@ def cmd_confirm_cost(args: argparse.Namespace) -> int:
     return confirm_cost_main(args)
 
 
+def cmd_sip_vs_twilio(args: argparse.Namespace) -> int:
+    from bench.sip_vs_twilio import main as sip_vs_twilio_main
+
+    return sip_vs_twilio_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -172,6 +178,23 @@ def build_parser() -> argparse.ArgumentParser:
     concurrency.add_argument("--port", type=int, help="server port (default: a free one)")
     concurrency.add_argument("--out", type=Path, default=Path("bench-results/concurrency.json"))
     concurrency.set_defaults(func=cmd_concurrency)
+
+    sip_vs_twilio = sub.add_parser(
+        "sip-vs-twilio",
+        help="first answer audio over SIP (RTP) against Twilio on the same clips, calls "
+        "alternating: p50/p95/p99 per transport and their ratio",
+    )
+    sip_vs_twilio.add_argument("--config", type=Path, help="base server config (JSON)")
+    sip_vs_twilio.add_argument("--calls", type=int, default=2, help="calls per transport")
+    sip_vs_twilio.add_argument("--turns", type=int, default=6, help="sentences per call")
+    sip_vs_twilio.add_argument(
+        "--warmup-turns", type=int, default=1, help="a first call per transport, not counted"
+    )
+    sip_vs_twilio.add_argument("--gap-ms", type=int, default=1500)
+    sip_vs_twilio.add_argument("--pause-ms", type=int, default=300)
+    sip_vs_twilio.add_argument("--port", type=int, help="HTTP port (default: a free one)")
+    sip_vs_twilio.add_argument("--out", type=Path, default=Path("bench-results/sip-vs-twilio.json"))
+    sip_vs_twilio.set_defaults(func=cmd_sip_vs_twilio)
 
     conversation = sub.add_parser(
         "conversation", help="latency benchmark over a scripted spoken conversation"

@@ -1,0 +1,158 @@
+"""``python -m bench sip-vs-twilio``'s pure parts: the server's line silence told from reply
+audio, the SIP call's session found in the store, the call order, the comparison and its
+table; and the SIP caller against a fake server on loopback (INVITE, ACK, RTP at 20 ms, BYE)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bench.cli import build_parser
+from bench.sip_vs_twilio import (
+    FRAME,
+    SILENCE,
+    RtpPhone,
+    compare,
+    line_silence,
+    newest_session,
+    render_table,
+    round_order,
+)
+from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.transports.sip import rtp, sdp
+from voxpipe.transports.sip.message import SipRequest, parse, response
+
+
+def test_line_silence_is_all_zero_samples_and_a_padded_reply_frame_is_not() -> None:
+    assert line_silence(SILENCE) and line_silence(bytes([0x7F, 0xFF] * 80))
+    quiet = ulaw_encode(np.full(FRAME, 20, np.int16).tobytes())  # faint, but not zero
+    assert not line_silence(quiet)
+    end = ulaw_encode(np.concatenate([np.full(40, 900, np.int16), np.zeros(120, np.int16)]))
+    assert not line_silence(end)
+    assert not line_silence(b"")
+
+
+def test_the_sip_session_is_the_newest_one_begun_since_the_invite() -> None:
+    rows = [("old", 90.0), ("twilio-1", 101.0), ("sip-1", 102.5), ("sip-0", 100.5)]
+    assert newest_session(rows, 100.0, {"twilio-1"}) == "sip-1"
+    assert newest_session(rows, 100.0, {"twilio-1", "sip-1"}) == "sip-0"
+    assert newest_session(rows, 103.0, set()) is None
+
+
+def test_the_order_alternates_per_round() -> None:
+    assert round_order(0) == ("twilio", "sip")
+    assert round_order(1) == ("sip", "twilio")
+    assert round_order(2) == round_order(0)
+
+
+def _row(transport: str, answer: float | None, server: float | None, outcome: str) -> Any:
+    return {
+        "transport": transport,
+        "answer_ms": answer,
+        "server_first_audio_ms": server,
+        "outcome": outcome,
+    }
+
+
+def test_compare_gives_percentiles_per_transport_and_their_ratio() -> None:
+    rows = [_row("twilio", 800.0 + i, 700.0, "answered") for i in range(5)]
+    rows += [_row("sip", 840.0 + i, 710.0, "answered") for i in range(4)]
+    rows.append(_row("sip", None, None, "failed"))
+    summary = compare(rows)
+    assert summary["twilio"]["answer_ms"]["p50"] == 802.0
+    assert summary["sip"]["answer_ms"]["n"] == 4 and summary["sip"]["turns"] == 5
+    assert summary["sip"]["outcomes"] == {"answered": 4, "failed": 1}
+    assert summary["sip_over_twilio"]["p50"] == round(841.5 / 802.0, 3)
+    table = render_table(summary)
+    assert "| sip | 4 of 5 | 842 ms" in table  # p50 841.5 rounds to even
+    assert "| SIP / Twilio | | 1.05 |" in table
+
+
+def test_compare_with_no_answers_on_one_side_has_no_ratio() -> None:
+    summary = compare([_row("twilio", 800.0, 700.0, "answered")])
+    assert summary["sip_over_twilio"] == {"p50": None, "p95": None, "p99": None}
+    assert "| sip | 0 of 0 | - ms" in render_table(summary)
+
+
+def test_the_command_is_registered() -> None:
+    args = build_parser().parse_args(["sip-vs-twilio", "--calls", "3"])
+    assert args.func.__name__ == "cmd_sip_vs_twilio" and args.calls == 3
+    assert str(args.out) == "bench-results/sip-vs-twilio.json"
+
+
+class _FakeServer(asyncio.DatagramProtocol):
+    """Answers the INVITE 200 with an answer, the BYE 200; keeps the RTP it gets."""
+
+    def __init__(self, rtp_port: int) -> None:
+        self.rtp_port = rtp_port
+        self.requests: list[SipRequest] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        request = parse(data)
+        assert isinstance(request, SipRequest)
+        self.requests.append(request)
+        if request.method == "ACK":
+            return
+        out = response(request.headers, 200, "srv", None, "fake")
+        if request.method == "INVITE":
+            offer = sdp.parse_offer(request.body)
+            chosen = sdp.negotiate(offer, ["PCMU"])
+            out.body = sdp.answer(offer, chosen, "127.0.0.1", self.rtp_port)
+            out.content_type = "application/sdp"
+        self.transport.sendto(out.encode(), addr)
+
+
+class _RtpSink(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.packets: list[tuple[float, rtp.RtpPacket, tuple[str, int]]] = []
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.packets.append((time.monotonic(), rtp.parse(data), addr))
+
+
+async def _until(probe: Callable[[], bool]) -> None:
+    while not probe():  # noqa: ASYNC110 (bounded by the test's timeout)
+        await asyncio.sleep(0.01)
+
+
+async def test_the_sip_phone_calls_speaks_at_real_time_hears_and_hangs_up() -> None:
+    loop = asyncio.get_running_loop()
+    media, sink = await loop.create_datagram_endpoint(_RtpSink, local_addr=("127.0.0.1", 0))
+    rtp_port = media.get_extra_info("sockname")[1]
+    signalling, server = await loop.create_datagram_endpoint(
+        lambda: _FakeServer(rtp_port), local_addr=("127.0.0.1", 0)
+    )
+    phone = RtpPhone(signalling.get_extra_info("sockname"))
+    try:
+        async with asyncio.timeout(10):
+            await phone.open()
+            await _until(lambda: len(server.requests) == 2)
+            assert [r.method for r in server.requests] == ["INVITE", "ACK"]
+            tone = 0.3 * np.sin(np.arange(8000) * 2 * np.pi * 300 / 8000)  # 1 s
+            start, end = await phone.say(tone.astype(np.float32), 8000, [0.1, 0.5])
+            assert 0.35 <= (end - start) / 1e9 <= 0.5  # the marks left in real time
+            # The server's silence is not reply audio; its speech is, with its arrival.
+            _, first, phone_at = sink.packets[0]
+            for seq, payload in enumerate([SILENCE, ulaw_encode(bytes([0, 40]) * FRAME)]):
+                media.sendto(rtp.build(rtp.RtpPacket(0, seq, 0, 1, payload)), phone_at)
+            await _until(lambda: bool(phone.chunks))
+            assert len(phone.chunks) == 1 and phone.playback.received_s == 0.02
+            await phone.close()
+        assert server.requests[-1].method == "BYE"
+        sent = [p for _, p, _ in sink.packets]
+        assert first.marker and all(p.payload_type == 0 and len(p.payload) == FRAME for p in sent)
+        assert [p.sequence for p in sent] == [
+            (first.sequence + i) % 65536 for i in range(len(sent))
+        ]
+        span = sink.packets[-1][0] - sink.packets[0][0]
+        assert abs(span - 0.02 * (len(sent) - 1)) < 0.1  # one packet every 20 ms
+    finally:
+        signalling.close()
+        media.close()
