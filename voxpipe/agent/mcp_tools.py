@@ -54,9 +54,10 @@ class McpUnavailable(Exception):
 
 
 class McpServerConfig(ToolPolicyConfig):
-    """One MCP server: a command to run (stdio) or a URL (streamable HTTP). The timeout and
-    phrases apply to each of its tools; effect and idempotency come from the server's own
-    tool annotations."""
+    """One MCP server: a command to run (stdio) or a URL (streamable HTTP). The timeout,
+    phrases and ``says`` apply to each of its tools, ``confirm`` to each that changes
+    something (no ``readOnlyHint``); effect and idempotency come from the server's own tool
+    annotations."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Names it in logs.")
     command: str | None = Field(None, description="stdio: the program that runs the server.")
@@ -228,6 +229,8 @@ class McpTool(Tool):
             config.timeout_phrase,
             ToolEffect.READ_ONLY if read_only else ToolEffect.MUTATING,
             read_only or bool(hints and hints.idempotent_hint),
+            config.says,
+            False if read_only else config.confirm,  # a look changes nothing: no readback
         )
         name = config.tool_prefix + info.name
         parameters = schema.compact(schema.checked(name, info.input_schema))

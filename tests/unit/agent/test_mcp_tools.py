@@ -109,6 +109,15 @@ async def test_streamable_http_server_tools_are_discovered_and_called(http_url: 
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
 
+async def test_a_server_s_confirm_asks_before_each_tool_that_changes_something() -> None:
+    """``confirm`` on an MCP server was accepted and dropped: its bookings ran unasked."""
+    agent = Agent("Be brief.", mcp_servers=[stdio_server(confirm=True)])
+    async with await RunningAgent.start(agent) as running:
+        asks = {t.name: t.policy.confirm for t in running.toolbox}
+    assert asks["book"] is True and asks["cancel_booking"] is True
+    assert asks["opening_hours"] is False and asks["whoami"] is False  # readOnlyHint
+
+
 async def test_a_slow_mcp_tool_times_out_and_the_session_goes_on(http_url: str) -> None:
     server = McpServerConfig(name="kitchen", url=http_url, timeout_s=0.3)
     async with await RunningAgent.start(Agent("Be brief.", mcp_servers=[server])) as running:
