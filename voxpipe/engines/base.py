@@ -260,6 +260,15 @@ class Urgency:
 
 
 @runtime_checkable
+class ParallelLlm(Protocol):
+    """An LLM that serves several requests at once: the runner gives it a thread per request
+    it serves (a batching engine's sequences, a remote server's connections); those threads
+    only wait on the batch or the stream. Any other LLM gets one."""
+
+    max_sequences: int
+
+
+@runtime_checkable
 class BatchingLlm(Protocol):
     """An LLM that serves many requests at once in this process (the embedded llama.cpp
     model): it takes each request's :class:`Urgency`, and the runner gives it as many

@@ -23,13 +23,16 @@ EngineT_co = TypeVar("EngineT_co", covariant=True)
 @dataclass(frozen=True)
 class ModelInfo:
     """One stage's line in ``voxpipe models``: the engine, its model and its threads.
-    ``remote``: the model runs elsewhere, and ``path`` is its address."""
+    ``remote``: the model runs elsewhere, and ``path`` is its address. An LLM also says what
+    its trace spans name (OpenTelemetry's ``gen_ai.system`` and ``gen_ai.request.model``)."""
 
     stage: str
     engine: str
     path: Path
     threads: int
     remote: bool = False
+    gen_ai_system: str = ""
+    model_name: str = ""
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ class LlamaFactory:
             path = llm_model_path(config)
         else:
             path = config.llm.model_path or llm_file(config.llm.cache_dir, config.llm.model)
-        return ModelInfo("llm", "llama-cpp-python", path, config.llm.threads)
+        threads = config.llm.threads
+        return ModelInfo("llm", "llama-cpp-python", path, threads, False, "llama.cpp", path.name)
 
 
 FACTORY = LlamaFactory()

@@ -55,6 +55,7 @@ class OpenAiCompatibleLlm(LlmEngine):
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:
         self.name = f"openai-compatible {remote.model} at {remote.base_url}"
+        self.max_sequences = remote.max_connections  # requests in flight: the server batches
         self.remote = remote
         self.max_tokens = llm.max_tokens
         self.sampling = {"temperature": llm.temperature, "top_p": llm.top_p, "seed": llm.seed}
@@ -277,7 +278,8 @@ class OpenAiFactory:
 
     def describe(self, config: Config, assemble: bool) -> ModelInfo:
         address = Path(config.remote_llm.base_url)
-        return ModelInfo("llm", "openai-compatible", address, 0, remote=True)
+        model = config.remote_llm.model
+        return ModelInfo("llm", "openai-compatible", address, 0, True, "openai", model)
 
 
 FACTORY = OpenAiFactory()

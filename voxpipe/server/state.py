@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from voxpipe.agent import RunningAgent
 from voxpipe.config import Config
 from voxpipe.conversation.services import CallStore, Filler, Services
-from voxpipe.engines.base import BatchingLlm, Engines
-from voxpipe.engines.model_files import llm_file
+from voxpipe.engines.base import BatchingLlm, Engines, ParallelLlm
+from voxpipe.engines.factory import factory_for
 from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
@@ -51,11 +51,7 @@ class ServerState:
         if isinstance(llm, BatchingLlm):
             metrics = self.metrics
             llm.observe_steps(lambda step: metrics.observe_batch_step(step.decode, step.seconds))
-            llm_workers = llm.max_sequences
-        elif self.config.llm.engine == "openai":
-            llm_workers = self.config.remote_llm.max_connections
-        else:
-            llm_workers = 1
+        llm_workers = llm.max_sequences if isinstance(llm, ParallelLlm) else 1
         runners = Runners(
             *(
                 EngineRunner(
@@ -99,8 +95,7 @@ class ServerState:
 
 
 def llm_model(config: Config) -> Attributes:
-    """What every llm span says of the model (OpenTelemetry's gen_ai conventions)."""
-    if config.llm.engine == "openai":
-        return {"gen_ai.system": "openai", "gen_ai.request.model": config.remote_llm.model}
-    path = config.llm.model_path or llm_file(config.llm.cache_dir, config.llm.model)
-    return {"gen_ai.system": "llama.cpp", "gen_ai.request.model": path.name}
+    """What every llm span says of the model (OpenTelemetry's gen_ai conventions), as the
+    configured engine describes it."""
+    info = factory_for("llm", config).describe(config, assemble=False)
+    return {"gen_ai.system": info.gen_ai_system, "gen_ai.request.model": info.model_name}

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from tests.unit.fakes import FakeStt
 from voxpipe.config import Config, markdown_reference
 from voxpipe.config.engine_registry import ENGINES, SECTIONS, register
+from voxpipe.engines.base import ParallelLlm
 from voxpipe.engines.factory import BuildContext, ModelInfo
 from voxpipe.engines.loader import describe_models, load_llm, load_stt
 
@@ -85,6 +86,9 @@ def test_the_remote_llm_is_built_through_its_factory() -> None:
     llm = load_llm(Config(llm={"engine": "openai"}), refused.append)
     try:
         assert llm.name.startswith("openai-compatible")
+        # the runner gives it a thread per connection, as it gives the batch one per sequence
+        assert isinstance(llm, ParallelLlm)
+        assert llm.max_sequences == Config().remote_llm.max_connections
     finally:
         llm.close()  # type: ignore[attr-defined]
     info = {i.stage: i for i in describe_models(Config(llm={"engine": "openai"}))}["llm"]
