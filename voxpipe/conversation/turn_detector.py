@@ -101,6 +101,10 @@ class TurnDetector:
         # A reply is speaking and speech would interrupt it: speech opens sooner
         # (barge_in_threshold), so the reply pauses on the caller's first, weak word.
         self.over_reply = False
+        # The bar this turn's speech opened at: its voiced length (and so a barge-in's
+        # min_interruption_ms) counts the windows that reach it, and none below it is
+        # silence. Weak speech that paused a reply is measured as the speech it was.
+        self._bar = config.threshold
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
         self._prefix: deque[np.ndarray] = deque(
@@ -138,6 +142,7 @@ class TurnDetector:
                 self._speech_run += 1
                 if self._speech_run >= needs:
                     self._in_speech = True
+                    self._bar = opens
                     self._silence_run = 0
                     self._turn = list(self._prefix)
                     self._prefix.clear()
@@ -149,10 +154,10 @@ class TurnDetector:
             return None
 
         self._turn.append(window)
-        if prob >= self._release:
+        if prob >= min(self._release, self._bar):
             self._silence_run = 0
             self._ends_at = None  # speech again: a verdict on the last silence is moot
-            if prob >= self.cfg.threshold:
+            if prob >= self._bar:
                 self._last_speech_end = self.samples
         else:
             self._silence_run += 1

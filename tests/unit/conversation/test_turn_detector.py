@@ -181,3 +181,19 @@ def test_over_a_reply_the_barge_in_bar_is_never_above_the_turns() -> None:
     detector.over_reply = True
     events = feed(detector, [0.6, 0.0])
     assert [(i, e.kind) for i, e in events] == [(0, TurnEventKind.SPEECH_STARTED)]
+
+
+def test_weak_speech_that_paused_a_reply_is_measured_at_its_own_bar() -> None:
+    """ "Wait, stop." at 0.35-0.45 over a reply: once it opened at the barge-in bar, every
+    window at that bar is speech (its voiced length reaches min_interruption_ms, so it can
+    interrupt), not a silence between the turn's release and threshold."""
+    detector = TurnDetector(CFG, W)
+    detector.over_reply = True
+    feed(detector, [0.4, 0.4] + [0.35, 0.45] * 5)
+    assert detector.in_speech and detector.silence_ms() == 0.0
+    assert detector.speech_ms() == 12 * 32
+    events = feed(detector, [0.1] * 5, first=12)
+    assert [(i, e.kind) for i, e in events] == [(16, TurnEventKind.SPEECH_STOPPED)]
+    # The next turn, with no reply speaking, opens at the turn's own bar again.
+    detector.over_reply = False
+    assert feed(detector, [0.45] * 10, first=17) == []
