@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 # chromium: the headless browser of tests/e2e/test_browser.py.
 # nginx, redis-server: the load balancer and shared session store of tests/e2e/test_cluster.py.
 # prometheus: its promtool checks and unit-tests deploy/prometheus/alerts.yml (tests/unit/test_alerts.py).
-# baresip, sip-tester (sipp): the SIP caller and the SIP load/malformed-message tool of tests/e2e/test_sip.py.
+# baresip, sip-tester (sipp): the SIP caller and the SIP load/malformed-message tool of tests/e2e/test_sip.py
+#   (baresip's own modules there: g711 and opus for the codecs, /sndcode for RFC 4733 keypad digits).
 # kamailio: the SIP dispatcher in front of two workers of tests/e2e/test_sip_kamailio.py.
 APT_PACKAGES := pocketsphinx-testdata alsa-utils espeak-ng chromium nginx redis-server prometheus \
   baresip sip-tester kamailio

@@ -5,6 +5,11 @@
   malformed requests (``sip/malformed.xml``, and here those SIPp cannot match an answer to:
   no Call-ID, not text, too big), each answered with its 4xx; the server stays up, logs no
   traceback, answers the next call, and its calls go back to 0.
+- ``baresip`` with only its ``opus`` module (RFC 7587, 48 kHz) asks a question: the server
+  answers in Opus, and Whisper hears baresip's recording as the words the server generated.
+- ``baresip`` keys 4 2 7 # during a call (``/sndcode``: RFC 4733 telephone-events): each
+  digit counted once, and the agent gets them as one turn, "Keypad: 427" in the call's
+  record, which it answers.
 - ``baresip`` (headless: its own config folder, ``aufile`` playing a WAV as the microphone,
   ``sndfile`` recording what it hears) calls the server, asks for a story, talks over the
   answer, and hangs up when the WAV ends. Whisper hears the recorded answer as the words the
@@ -32,8 +37,10 @@ import pytest
 from tests.support import RunningServer, librivox_clips, normalised, serving, tracebacks, voiced
 from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, write_wav
 from voxpipe.audio.resample import resample
+from voxpipe.config import Config
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.whisper_stt import WhisperStt
+from voxpipe.server.store import show_call
 
 pytestmark = pytest.mark.e2e
 
@@ -185,8 +192,15 @@ def whisper() -> WhisperStt:
     return engine
 
 
-def _baresip_config(folder: Path, wav: Path, recordings: Path) -> None:
-    """A headless baresip: G.711 only, the WAV as its microphone, what it hears recorded."""
+def _baresip_config(
+    folder: Path,
+    wav: Path,
+    recordings: Path,
+    codecs: tuple[str, ...] = ("g711",),
+    rate: int = RATE,
+) -> None:
+    """A headless baresip: G.711 only (or the ``codecs`` modules, in that order), the WAV
+    (at ``rate``) as its microphone, what it hears recorded."""
     folder.mkdir()
     recordings.mkdir()
     (folder / "accounts").write_text("<sip:caller@127.0.0.1>;regint=0\n")
@@ -199,13 +213,13 @@ def _baresip_config(folder: Path, wav: Path, recordings: Path) -> None:
                 "audio_player alsa,null",  # what it hears goes to sndfile's recording only
                 f"audio_source aufile,{wav}",
                 "audio_alert alsa,null",
-                f"ausrc_srate {RATE}",
-                f"auplay_srate {RATE}",
+                f"ausrc_srate {rate}",
+                f"auplay_srate {rate}",
                 "ausrc_channels 1",
                 "auplay_channels 1",
                 "rtp_ports 30000-30999",
                 "module_path /usr/lib/baresip/modules",
-                "module g711.so",
+                *(f"module {codec}.so" for codec in codecs),
                 "module aufile.so",
                 "module alsa.so",
                 "module sndfile.so",
@@ -219,9 +233,9 @@ def _baresip_config(folder: Path, wav: Path, recordings: Path) -> None:
     )
 
 
-def _voiced(pcm: np.ndarray) -> np.ndarray:
-    """Per 20 ms frame of PCM16 at 8 kHz: louder than silence?"""
-    frame = RATE // 50
+def _voiced(pcm: np.ndarray, rate: int = RATE) -> np.ndarray:
+    """Per 20 ms frame of PCM16 at ``rate``: louder than silence?"""
+    frame = rate // 50
     frames = pcm[: pcm.shape[0] // frame * frame].astype(np.float64).reshape(-1, frame)
     voiced: np.ndarray = np.sqrt(np.mean(frames**2, axis=1)) > VOICED_RMS
     return voiced
@@ -271,18 +285,25 @@ class Baresip:
         return self.output.decode(errors="replace")
 
     @property
+    def established(self) -> bool:
+        return re.search(rb"Call established", self.output) is not None
+
+    @property
     def hung_up(self) -> bool:
         return re.search(rb"Call with .* terminated", self.output) is not None
 
     def heard(self) -> np.ndarray:
-        """What it has heard so far (PCM16 at 8 kHz), from the WAV it is still writing."""
+        """What it has heard so far (PCM16 at the call's rate: 8 kHz for G.711, 48 kHz for
+        Opus; the first channel), from the WAV it is still writing."""
         files = sorted(self.recordings.glob("*-dec.wav"))
         if not files:
             return np.zeros(0, np.int16)
         data = files[0].read_bytes()
         start = data.find(b"data", 12, 512)
         body = data[start + 8 :] if start >= 0 else b""
-        return np.frombuffer(body[: len(body) // 2 * 2], "<i2")
+        channels = max(1, int.from_bytes(data[22:24], "little"))  # Opus: decoded in stereo
+        samples = np.frombuffer(body[: len(body) // (2 * channels) * 2 * channels], "<i2")
+        return samples.reshape(-1, channels)[:, 0]
 
     async def until(self, probe: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Wait (polling: the recording is a file) until ``probe`` holds."""
@@ -308,8 +329,8 @@ class Baresip:
         await self._reader
 
 
-def _wav(path: Path, *parts: np.ndarray) -> Path:
-    write_wav(path, float_to_pcm16(np.concatenate(parts)), RATE)
+def _wav(path: Path, *parts: np.ndarray, rate: int = RATE) -> Path:
+    write_wav(path, float_to_pcm16(np.concatenate(parts)), rate)
     return path
 
 
@@ -380,3 +401,104 @@ async def test_baresip_call_is_answered_in_speech_and_barged_in(
         f"(server's turn log); heard {answered_at:.2f} s after the question's audio ended "
         "(baresip's recording)"
     )
+
+
+# -- keypad digits from baresip -------------------------------------------------------------
+
+
+async def _turn_where(
+    server: RunningServer, probe: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    """The first turn in the server's turn log that ``probe`` accepts, once it is there."""
+    deadline = time.monotonic() + 60
+    while True:
+        text = server.turn_log.read_text() if server.turn_log.exists() else ""
+        found = next((t for t in map(json.loads, text.splitlines()) if probe(t)), None)
+        if found is not None:
+            return dict(found)
+        assert time.monotonic() < deadline, f"no turn: {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_baresip_keypad_digits_reach_the_agent(
+    sip: tuple[RunningServer, int], tmp_path: Path
+) -> None:
+    server, port = sip
+    counted = {d: _metric(server, "voxpipe_dtmf_total", digit=d) for d in "427#"}
+    quiet = _wav(tmp_path / "quiet.wav", np.zeros(60 * RATE, np.float32))
+    _baresip_config(tmp_path / "baresip", quiet, tmp_path / "heard")
+    caller = await Baresip.dial(
+        tmp_path / "baresip", tmp_path / "heard", f"sip:agent@127.0.0.1:{port}"
+    )
+    try:
+        await caller.until(lambda: caller.established, 20, "the call was answered")
+        for digit in "427#":  # one key press at a time, as a person types
+            await caller.command(f"/sndcode {digit}")
+            await asyncio.sleep(0.3)
+        turn = await _turn_where(
+            server,
+            lambda t: bool(t.get("session_counts", {}).get("keypad_turns") and t.get("generated")),
+            "the keys' turn, answered",
+        )
+        await caller.command("/hangup")
+        await caller.until(lambda: caller.hung_up, 20, "the caller hung up")
+    finally:
+        await caller.close()
+    _until_no_calls(server)
+
+    # Each key counted once (baresip sends each event in several packets, the last three
+    # marking its end), and the digits the agent's one turn, in the call's record.
+    assert {d: _metric(server, "voxpipe_dtmf_total", digit=d) - counted[d] for d in "427#"} == {
+        d: 1 for d in "427#"
+    }
+    assert turn["session_counts"]["keypad_turns"] == 1, turn
+    call = show_call(server.store_path, turn["session_id"])
+    assert call is not None
+    said = [m["text"] for m in call["messages"] if m["role"] == "user"]
+    assert said == ["Keypad: 427"], call["messages"]
+
+
+# -- Opus -----------------------------------------------------------------------------------
+
+OPUS_RATE = 48000
+FILLER = Config().deadlines.filler
+
+
+async def test_baresip_call_in_opus_gets_a_spoken_answer(
+    sip: tuple[RunningServer, int], whisper: WhisperStt, tmp_path: Path
+) -> None:
+    server, port = sip
+    question, rate = voiced("What is the capital of France?")
+    ask = _wav(
+        tmp_path / "question.wav",
+        resample(question, rate, OPUS_RATE),
+        np.zeros(ANSWER_WAIT_S * OPUS_RATE, np.float32),
+        rate=OPUS_RATE,
+    )
+    heard_at = tmp_path / "heard"
+    _baresip_config(tmp_path / "baresip", ask, heard_at, codecs=("opus",), rate=OPUS_RATE)
+    caller = await Baresip.dial(tmp_path / "baresip", heard_at, f"sip:agent@127.0.0.1:{port}")
+    try:
+        await caller.until(lambda: caller.established, 20, "the call was answered")
+        # The answer's turn done (its audio all sent), then heard out: a second of quiet.
+        turn = await _turn_where(
+            server,
+            lambda t: "capital" in t.get("transcript", "").lower() and bool(t.get("generated")),
+            "the question's, answered",
+        )
+        await caller.until(
+            lambda: not _voiced(caller.heard(), OPUS_RATE)[-50:].any(), 20, "the answer ended"
+        )
+        await caller.command("/hangup")
+        await caller.until(lambda: caller.hung_up, 20, "the caller hung up")
+    finally:
+        await caller.close()
+    _until_no_calls(server)
+    assert re.search(r"opus", caller.said, re.IGNORECASE), caller.said[-2000:]
+
+    heard = pcm16_to_float(caller.heard().tobytes())
+    words = normalised(whisper.transcribe(resample(heard, OPUS_RATE, STT_SAMPLE_RATE)).text)
+    # A loaded machine says the filler ("One moment.") before the answer: not the answer.
+    answer = " ".join(words.replace(normalised(FILLER), " ").split())
+    generated = normalised(turn["generated"])
+    assert answer and jiwer.cer(generated, answer) <= 0.3, (words, turn["generated"])

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
-SipCodec = Literal["PCMU", "PCMA"]
+SipCodec = Literal["PCMU", "PCMA", "opus"]
 SipTransport = Literal["udp", "tcp"]
 
 
@@ -41,10 +41,11 @@ class SipConfig(BaseModel):
         "Contact; None: the address the INVITE arrived on.",
     )
     codecs: list[SipCodec] = Field(
-        default_factory=lambda: list[SipCodec](["PCMU", "PCMA"]),
+        default_factory=lambda: list[SipCodec](["PCMU", "PCMA", "opus"]),
         min_length=1,
-        description="The audio codecs answered, in order of preference when an offer has "
-        "several (8 kHz, 20 ms).",
+        description="The audio codecs answered and offered, in order of preference when an "
+        "offer has several, 20 ms a packet: PCMU and PCMA (G.711, 8 kHz), opus (RFC 7587, "
+        "mono at 48 kHz, through PyAV's libopus). Leave opus out to speak G.711 only.",
     )
     jitter_packets: int = Field(
         3,

@@ -100,7 +100,7 @@ async def test_a_placed_call_is_answered_greeted_and_hung_up_once_per_key() -> N
         invite = await phone.request_in("INVITE")
         assert invite.uri == f"sip:alice@127.0.0.1:{phone.port}"
         offered = parse_offer(invite.body)
-        assert offered.payload_types == (0, 8, 101)
+        assert offered.payload_types == (0, 8, 111, 101)  # PCMU, PCMA, opus, keys
         assert offered.names[101] == "TELEPHONE-EVENT/8000"
         reply(phone, invite, 100)
         reply(phone, invite, 180, "callee")

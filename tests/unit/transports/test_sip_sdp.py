@@ -6,7 +6,6 @@ import pytest
 
 from voxpipe.transports.sip.message import SipError
 from voxpipe.transports.sip.sdp import answer, negotiate, parse_offer
-from voxpipe.transports.telephony.codec import Encoding
 
 
 def sdp(*lines: str) -> bytes:
@@ -29,7 +28,7 @@ def test_the_first_of_our_codecs_in_the_offer_is_chosen_with_its_keypad() -> Non
     assert (offer.address, offer.port) == ("10.0.0.3", 4000)  # the media's c= wins
     chosen = negotiate(offer, ["PCMU", "PCMA"])
     assert (chosen.codec, chosen.payload_type, chosen.dtmf_payload_type) == ("PCMU", 0, 101)
-    assert chosen.audio.encoding is Encoding.MULAW and chosen.audio.rate == 8000
+    assert chosen.info.clock_rate == 8000 and chosen.dtmf_rate == 8000
     assert negotiate(offer, ["PCMA"]).payload_type == 8
 
 

@@ -41,7 +41,7 @@ from voxpipe.transports.call import Call, Rates, SessionSinks
 from voxpipe.transports.sip.dialog import NEXT, CallState, Dialog
 from voxpipe.transports.sip.media import RtpMedia
 from voxpipe.transports.sip.message import SipResponse, host_port, response, uri_of
-from voxpipe.transports.sip.sdp import RATE, Negotiated
+from voxpipe.transports.sip.sdp import Negotiated
 
 log = logging.getLogger("voxpipe.sip")
 
@@ -224,7 +224,7 @@ class SipCall:
         self.session = self.call.open_session(
             new_session_id(),
             SessionSinks(self.send_event, self.send_audio),
-            Rates.both(RATE),
+            Rates.both(self.media.codec.pcm_rate),
             instructions=self.instructions,
             caller=_caller_uri(other_party),
         )

@@ -28,14 +28,13 @@ from collections import deque
 from typing import Protocol, cast
 
 from voxpipe.transports.sip import rtp
+from voxpipe.transports.sip.codecs import FRAME_MS
 from voxpipe.transports.sip.dtmf import DtmfReceiver
 from voxpipe.transports.sip.jitter import JitterBuffer
-from voxpipe.transports.sip.sdp import FRAME_MS, RATE, Negotiated
+from voxpipe.transports.sip.sdp import Negotiated
 
 log = logging.getLogger("voxpipe.sip")
 
-FRAME_SAMPLES = RATE * FRAME_MS // 1000
-FRAME_BYTES = FRAME_SAMPLES * 2  # PCM16
 MAX_LATE_S = 0.1  # a clock this far behind restarts
 MAX_REPLY_MS = 60_000  # reply audio buffered beyond this is dropped, oldest first
 BIND_TRIES = 64
@@ -57,11 +56,11 @@ class ReplyAudio:
     """The reply's PCM16 waiting to be sent, frame by frame, with the session's frame numbers.
     Bounded (:data:`MAX_REPLY_MS`, the oldest dropped); :meth:`clear` drops it all."""
 
-    def __init__(self, max_ms: int = MAX_REPLY_MS) -> None:
+    def __init__(self, rate: int = 8000, max_ms: int = MAX_REPLY_MS) -> None:
         self._frames: deque[tuple[int, bytes]] = deque()
         self._offset = 0  # bytes of the first frame already sent
         self._bytes = 0
-        self._max_bytes = max_ms * RATE // 1000 * 2
+        self._max_bytes = max_ms * rate // 1000 * 2
 
     @property
     def empty(self) -> bool:
@@ -139,11 +138,14 @@ class RtpMedia(asyncio.DatagramProtocol):
         self.chosen = chosen
         self.listener = listener
         self.remote = chosen.remote
-        self.reply = ReplyAudio()
+        self.codec = chosen.new_codec()
+        self.reply = ReplyAudio(self.codec.pcm_rate)
+        self._frame_bytes = self.codec.pcm_rate * FRAME_MS // 1000 * 2  # PCM16 a packet
+        self._frame_ticks = self.codec.clock_rate * FRAME_MS // 1000  # RTP clock a packet
         self.jitter = JitterBuffer(jitter_packets)
         self.dtmf = DtmfReceiver()
         self.received = 0
-        self._max_payload = chosen.audio.bytes_for(max_frame_ms)
+        self._max_payload = self.codec.max_payload(max_frame_ms)
         self._latched = False
         self._ssrc_in: int | None = None
         self._ssrc = secrets.randbits(32)
@@ -206,8 +208,13 @@ class RtpMedia(asyncio.DatagramProtocol):
         if len(packet.payload) > self._max_payload:
             self.listener.rtp_dropped("too_big")
             return
+        try:
+            pcm = self.codec.decode(packet.payload)
+        except rtp.BadPacket as exc:  # a payload the codec cannot read (Opus)
+            self.listener.rtp_dropped(exc.reason)
+            return
         self.received += 1
-        self.listener.caller_audio(self.chosen.audio.decode(packet.payload))
+        self.listener.caller_audio(pcm)
 
     def error_received(self, exc: Exception) -> None:
         log.debug("RTP port %d: %s", self.port, exc)  # ICMP unreachable: the peer's port shut
@@ -219,20 +226,20 @@ class RtpMedia(asyncio.DatagramProtocol):
         ticks = 0
         marker = True
         while True:
-            pcm, finished = self.reply.take(FRAME_BYTES)
+            pcm, finished = self.reply.take(self._frame_bytes)
             packet = rtp.RtpPacket(
                 self.chosen.payload_type,
                 self._seq,
                 self._timestamp,
                 self._ssrc,
-                self.chosen.audio.encode(pcm),
+                self.codec.encode(pcm),
                 marker,
             )
             if self._transport is not None:
                 self._transport.sendto(rtp.build(packet), self.remote)
             marker = False
             self._seq = (self._seq + 1) % 65536
-            self._timestamp = (self._timestamp + FRAME_SAMPLES) % (1 << 32)
+            self._timestamp = (self._timestamp + self._frame_ticks) % (1 << 32)
             for seq in finished:
                 self.listener.reply_played(seq)
             ticks += 1

@@ -184,7 +184,7 @@ class OutboundCall(SipCall):
     ) -> None:
         config = call.services.config.sip
         codec = config.codecs[0]
-        pt = {name: pt for pt, name in sdp.STATIC.items()}[codec]
+        pt = sdp.offered_payload_type(codec)
         unknown = sdp.Negotiated(codec, pt, sdp.OFFERED_DTMF, (dialog.flow.peer[0], 0))
         super().__init__(call, dialog, rtp_socket, unknown, draft.offer, forget)
         self.draft = draft

@@ -2,14 +2,16 @@
 
 An offer is read for its first audio ``m=`` line: where to send RTP (the media's ``c=``, else
 the session's), the payload types it offers, their ``rtpmap`` names, and
-``telephone-event/8000`` (RFC 4733 keypad digits). The answer takes the first of our codecs
-(``sip.codecs``: PCMU, PCMA; both 8 kHz and RFC 3551's static types 0 and 8) that the offer
-has, plus telephone-event when offered, at ``ptime:20``. Any other ``m=`` line is answered
-with port 0 (declined), as RFC 3264 asks.
+``telephone-event`` (RFC 4733 keypad digits). The answer takes the first of our codecs
+(``sip.codecs``: PCMU and PCMA, RFC 3551's static types 0 and 8 at 8 kHz; opus, RFC 7587,
+a dynamic type at 48 kHz, :mod:`codecs`) that the offer has, plus telephone-event when
+offered (at the codec's clock if it is offered so, else at any), at ``ptime:20``. Any other
+``m=`` line is answered with port 0 (declined), as RFC 3264 asks.
 
-A call we place turns it around: :func:`offer` lists our codecs (and telephone-event, as
-:data:`OFFERED_DTMF`), and :func:`accept_answer` takes the callee's answer: the first of its
-payload types that we offered.
+A call we place turns it around: :func:`offer` lists our codecs (opus as
+:data:`OFFERED_OPUS`, and telephone-event, as :data:`OFFERED_DTMF`), and
+:func:`accept_answer` takes the callee's answer: the first of its payload types that we
+offered.
 """
 
 from __future__ import annotations
@@ -19,16 +21,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from voxpipe.transports.sip.codecs import CODECS, FRAME_MS, CodecInfo, RtpCodec, codec_for
 from voxpipe.transports.sip.message import SipError
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
 STATIC = {0: "PCMU", 8: "PCMA"}  # RFC 3551's static payload types we speak
-ENCODINGS = {"PCMU": Encoding.MULAW, "PCMA": Encoding.ALAW}
-RATE = 8000
-FRAME_MS = 20
+RATE = 8000  # G.711's clock, and telephone-event's unless a codec's clock says otherwise
 TELEPHONE_EVENT = "telephone-event"
 MAX_SDP_BYTES = 8192
 OFFERED_DTMF = 101  # the dynamic payload type our offer gives telephone-event
+OFFERED_OPUS = 111  # ... and opus
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,46 @@ class MediaOffer:
 class Negotiated:
     """What both ends use: the codec and its payload type, the keypad's payload type."""
 
-    codec: str  # PCMU or PCMA
+    codec: str  # PCMU, PCMA or opus (``sip.codecs``)
     payload_type: int
     dtmf_payload_type: int | None
     remote: tuple[str, int]
+    dtmf_rate: int = RATE  # telephone-event's clock as negotiated
 
     @property
-    def audio(self) -> AudioFormat:
-        return AudioFormat(ENCODINGS[self.codec], RATE)
+    def info(self) -> CodecInfo:
+        return CODECS[self.codec]
+
+    def new_codec(self) -> RtpCodec:
+        """The call's own encoder and decoder (Opus keeps state between packets)."""
+        return codec_for(self.codec)
+
+
+def _rtpmap(name: str) -> tuple[str, int]:
+    """An rtpmap's encoding (upper-case) and clock rate: ``OPUS/48000/2`` -> (OPUS, 48000)."""
+    parts = name.upper().split("/")
+    rate = parts[1] if len(parts) > 1 else ""
+    return parts[0], int(rate) if rate.isdigit() else 0
+
+
+def _payload_type(offer: MediaOffer, encoding: str, rate: int) -> int | None:
+    """The offer's first payload type of ``encoding`` at ``rate``."""
+    return next(
+        (pt for pt in offer.payload_types if _rtpmap(offer.names.get(pt, "")) == (encoding, rate)),
+        None,
+    )
+
+
+def _dtmf(offer: MediaOffer, rate: int) -> tuple[int | None, int]:
+    """telephone-event's payload type and clock: at ``rate`` if offered so, else at any."""
+    pt = _payload_type(offer, TELEPHONE_EVENT.upper(), rate)
+    if pt is not None:
+        return pt, rate
+    for other in offer.payload_types:
+        encoding, clock = _rtpmap(offer.names.get(other, ""))
+        if encoding == TELEPHONE_EVENT.upper():
+            return other, clock
+    return None, RATE
 
 
 def parse_offer(body: bytes) -> MediaOffer:
@@ -125,12 +158,12 @@ def _address(line: str) -> str:
 
 def negotiate(offer: MediaOffer, codecs: Sequence[str]) -> Negotiated:
     """Our first codec the offer has, and its telephone-event; 488 when none is common."""
-    offered = {offer.names.get(pt, ""): pt for pt in reversed(offer.payload_types)}
     for codec in codecs:
-        pt = offered.get(f"{codec}/{RATE}")
+        info = CODECS[codec]
+        pt = _payload_type(offer, info.encoding, info.clock_rate)
         if pt is not None:
-            dtmf = offered.get(f"{TELEPHONE_EVENT.upper()}/{RATE}")
-            return Negotiated(codec, pt, dtmf, (offer.address, offer.port))
+            dtmf, dtmf_rate = _dtmf(offer, info.clock_rate)
+            return Negotiated(codec, pt, dtmf, (offer.address, offer.port), dtmf_rate)
     names = [offer.names.get(pt, f"payload type {pt}") for pt in offer.payload_types]
     raise SipError(488, f"no common codec: offered {', '.join(names) or 'none'}")
 
@@ -154,11 +187,12 @@ def _session(address: str) -> list[str]:
 def answer(offer: MediaOffer, chosen: Negotiated, address: str, port: int) -> bytes:
     """Our answer: the chosen codec (and telephone-event) on our RTP ``address:port``."""
     types = [chosen.payload_type]
-    attributes = [f"a=rtpmap:{chosen.payload_type} {chosen.codec}/{RATE}"]
+    attributes = _codec_lines(chosen.payload_type, chosen.info)
     if chosen.dtmf_payload_type is not None:
         types.append(chosen.dtmf_payload_type)
-        attributes.append(f"a=rtpmap:{chosen.dtmf_payload_type} {TELEPHONE_EVENT}/{RATE}")
-        attributes.append(f"a=fmtp:{chosen.dtmf_payload_type} 0-16")
+        dtmf = chosen.dtmf_payload_type
+        attributes.append(f"a=rtpmap:{dtmf} {TELEPHONE_EVENT}/{chosen.dtmf_rate}")
+        attributes.append(f"a=fmtp:{dtmf} 0-16")
     lines = _session(address)
     for index, offered in enumerate(offer.media):  # the offer's order (RFC 3264, 6)
         if index == offer.audio_index:
@@ -173,15 +207,28 @@ def answer(offer: MediaOffer, chosen: Negotiated, address: str, port: int) -> by
     return ("\r\n".join(lines) + "\r\n").encode()
 
 
+def _codec_lines(pt: int, info: CodecInfo) -> list[str]:
+    """A codec's rtpmap, and for Opus the fmtp saying we send and want mono (RFC 7587, 7)."""
+    lines = [f"a=rtpmap:{pt} {info.rtpmap}"]
+    if info.name == "opus":
+        lines.append(f"a=fmtp:{pt} stereo=0;sprop-stereo=0;useinbandfec=0")
+    return lines
+
+
+def offered_payload_type(codec: str) -> int:
+    """The payload type our offer gives ``codec``."""
+    static = CODECS[codec].static_payload_type
+    return OFFERED_OPUS if static is None else static
+
+
 def offer(codecs: Sequence[str], address: str, port: int) -> bytes:
     """Our offer for a call we place: ``codecs`` in order of preference, then
     telephone-event, on our RTP ``address:port``."""
-    by_name = {name: pt for pt, name in STATIC.items()}
-    types = [by_name[codec] for codec in codecs] + [OFFERED_DTMF]
+    types = [offered_payload_type(codec) for codec in codecs] + [OFFERED_DTMF]
     lines = [
         *_session(address),
         f"m=audio {port} RTP/AVP {' '.join(map(str, types))}",
-        *(f"a=rtpmap:{by_name[codec]} {codec}/{RATE}" for codec in codecs),
+        *(line for c in codecs for line in _codec_lines(offered_payload_type(c), CODECS[c])),
         f"a=rtpmap:{OFFERED_DTMF} {TELEPHONE_EVENT}/{RATE}",
         f"a=fmtp:{OFFERED_DTMF} 0-16",
         f"a=ptime:{FRAME_MS}",
@@ -193,17 +240,11 @@ def offer(codecs: Sequence[str], address: str, port: int) -> bytes:
 def accept_answer(answer: MediaOffer, codecs: Sequence[str]) -> Negotiated:
     """What the callee's answer to :func:`offer` chose: its first payload type that is one
     of ``codecs``; :class:`SipError` 488 when it chose none of them."""
+    ours = {(CODECS[c].encoding, CODECS[c].clock_rate): c for c in codecs}
     for pt in answer.payload_types:
-        name = answer.names.get(pt, "").removesuffix(f"/{RATE}")
-        if name in codecs:
-            dtmf = next(
-                (
-                    t
-                    for t in answer.payload_types
-                    if answer.names.get(t) == f"{TELEPHONE_EVENT.upper()}/{RATE}"
-                ),
-                None,
-            )
-            return Negotiated(name, pt, dtmf, (answer.address, answer.port))
+        name = ours.get(_rtpmap(answer.names.get(pt, "")))
+        if name is not None:
+            dtmf, dtmf_rate = _dtmf(answer, CODECS[name].clock_rate)
+            return Negotiated(name, pt, dtmf, (answer.address, answer.port), dtmf_rate)
     names = [answer.names.get(pt, f"payload type {pt}") for pt in answer.payload_types]
     raise SipError(488, f"the answer has none of our codecs: {', '.join(names) or 'none'}")
