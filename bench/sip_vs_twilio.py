@@ -53,7 +53,7 @@ from bench.caller_bench import (
 )
 from bench.caller_turns import ReplyFrame, spread
 from bench.person import Person
-from bench.transport_callers import cut_at_marks, voiced
+from bench.transport_callers import TwilioCaller, cut_at_marks, voiced
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
@@ -346,20 +346,29 @@ def round_order(call: int) -> tuple[str, ...]:
 
 async def hold_alternating(
     port: int, sip: tuple[str, int], store: Path, turn_log: Path, args: argparse.Namespace
-) -> tuple[list[CallLog], list[dict[str, Any]]]:
+) -> tuple[list[CallLog], list[CallLog], list[dict[str, Any]]]:
     """A warm-up call per transport (not counted), then ``args.calls`` rounds: each
-    transport says the round's sentences, one call at a time, the order swapped per round."""
+    transport says the round's sentences, one call at a time, the order swapped per round.
+    Each call as its reply arrived, the same as it played (:func:`played`), the failures."""
     long, short = speech_clips()
     follower = TurnLogFollower(turn_log)
     reader = asyncio.create_task(follower.run(), name="turn-log")
     known: set[str] = set()
     logs: list[CallLog] = []
+    heard: list[CallLog] = []
     failures: list[dict[str, Any]] = []
 
     def line(transport: str) -> Line:
         if transport == "sip":
             return SipLine(sip, store, known)
         return Line(transport, port, None)  # the server's prompt, as the SIP call has
+
+    def clears_ns(line: Line) -> list[int]:
+        """When the Twilio caller got each ``clear`` (the SIP server drops unsent audio
+        itself: its caller sees none)."""
+        if isinstance(line, SipLine) or not isinstance(line.caller, TwilioCaller):
+            return []
+        return [round(r.at * 1e9) for r in line.caller.line.of("clear")]
 
     try:
         for transport in TRANSPORTS if args.warmup_turns else ():
@@ -371,9 +380,12 @@ async def hold_alternating(
             for transport in round_order(call):
                 clips = conversation(long, short, args.turns, call)
                 person = Person(args.gap_ms, args.pause_ms)
+                speaking = line(transport)
                 try:
-                    log = await hold_call(line(transport), clips, follower, call, person)
-                    logs.append(replace(log, order=len(logs) + len(failures), conversation=call))
+                    log = await hold_call(speaking, clips, follower, call, person)
+                    log = replace(log, order=len(logs) + len(failures), conversation=call)
+                    logs.append(log)
+                    heard.append(replace(log, frames=played(log.frames, clears_ns(speaking))))
                 except Exception as exc:  # one failed call is reported, the bench goes on
                     print(f"  {transport} call {call + 1} failed: {exc!r}", flush=True)
                     failures.append({"transport": transport, "call": call, "error": repr(exc)})
@@ -381,7 +393,7 @@ async def hold_alternating(
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-    return logs, failures
+    return logs, heard, failures
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -389,27 +401,63 @@ async def hold_alternating(
 PERCENTILES = ("p50", "p95", "p99")
 
 
-def compare(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per transport: first answer audio at the caller (ms from its last sound), the
-    server's first audio sent (ms from the end of speech it placed), turns by outcome; and
-    SIP over Twilio per percentile of the caller's figure."""
+def played(frames: Sequence[ReplyFrame], clears_ns: Sequence[int] = ()) -> list[ReplyFrame]:
+    """The reply frames as the caller's speaker plays them: each when it arrives or once the
+    frames before it have played, whichever is later. A clear (Twilio's, at its arrival)
+    empties the speaker: frames that had not begun playing by then are never heard, and
+    are left out. Over SIP the server paces its packets, so playing is arriving; over
+    Twilio it sends ahead, and a reply that opens with silence is heard that much later
+    than its first voiced frame arrives."""
+    out: list[ReplyFrame] = []
+    end = 0
+    clears = sorted(clears_ns)
+    for frame in frames:
+        while clears and clears[0] <= frame.at_ns:
+            cleared = clears.pop(0)
+            while out and out[-1].at_ns >= cleared:
+                out.pop()
+            end = min(end, cleared)
+        start = max(frame.at_ns, end)
+        out.append(replace(frame, at_ns=start))
+        end = start + frame.duration_ns
+    return out
+
+
+def _ratio(sip: Mapping[str, float], twilio: Mapping[str, float]) -> dict[str, float | None]:
+    return {
+        p: round(sip[p] / twilio[p], 3) if sip.get(p) and twilio.get(p) else None
+        for p in PERCENTILES
+    }
+
+
+def compare(
+    rows: Sequence[Mapping[str, Any]], heard_rows: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Per transport: first answer audio at the caller, ms from its last sound, as it
+    arrived (``answer_ms``, ``bench caller``'s measure) and as it played (``heard_ms``, from
+    ``heard_rows``: the same turns through :func:`played`); the server's first audio sent,
+    ms from the end of speech it placed; the caller's figure less the server's, turn by
+    turn (what the transport and the line add, the models' time apart: a busy machine
+    moves both alike); turns by outcome. And SIP over Twilio per percentile."""
     out: dict[str, Any] = {}
     for transport in TRANSPORTS:
         mine = [r for r in rows if r["transport"] == transport]
         outcomes: dict[str, int] = {}
         for r in mine:
             outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+        both = [r for r in mine if None not in (r["answer_ms"], r["server_first_audio_ms"])]
         out[transport] = {
             "turns": len(mine),
             "outcomes": outcomes,
             "answer_ms": spread(r["answer_ms"] for r in mine),
+            "heard_ms": spread(r["answer_ms"] for r in heard_rows if r["transport"] == transport),
             "server_first_audio_ms": spread(r["server_first_audio_ms"] for r in mine),
+            "caller_less_server_ms": spread(
+                r["answer_ms"] - r["server_first_audio_ms"] for r in both
+            ),
         }
-    sip, twilio = out["sip"]["answer_ms"], out["twilio"]["answer_ms"]
-    out["sip_over_twilio"] = {
-        p: round(sip[p] / twilio[p], 3) if sip.get(p) and twilio.get(p) else None
-        for p in PERCENTILES
-    }
+    out["sip_over_twilio"] = _ratio(out["sip"]["answer_ms"], out["twilio"]["answer_ms"])
+    out["sip_over_twilio_heard"] = _ratio(out["sip"]["heard_ms"], out["twilio"]["heard_ms"])
     return out
 
 
@@ -420,22 +468,30 @@ def _cell(value: float | None, digits: int = 0) -> str:
 def render_table(summary: Mapping[str, Any]) -> str:
     """The comparison as a Markdown table."""
     lines = [
-        "| transport | turns answered | first answer audio p50 | p95 | p99 "
-        "| server's first audio sent p50 | p99 |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| transport | turns answered | first answer audio arrived p50 | p95 | p99 "
+        "| heard p50 | p95 | p99 | server's first audio sent p50 | caller less server p50 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for transport in TRANSPORTS:
         stats = summary[transport]
-        heard, server = stats["answer_ms"], stats["server_first_audio_ms"]
-        answered = f"{heard.get('n', 0)} of {stats['turns']}"
+        arrived, heard = stats["answer_ms"], stats["heard_ms"]
+        answered = f"{arrived.get('n', 0)} of {stats['turns']}"
+        server = stats["server_first_audio_ms"].get("p50")
+        share = stats["caller_less_server_ms"].get("p50")
         lines.append(
             f"| {transport} | {answered} | "
+            + " | ".join(f"{_cell(arrived.get(p))} ms" for p in PERCENTILES)
+            + " | "
             + " | ".join(f"{_cell(heard.get(p))} ms" for p in PERCENTILES)
-            + f" | {_cell(server.get('p50'))} ms | {_cell(server.get('p99'))} ms |"
+            + f" | {_cell(server)} ms | {_cell(share)} ms |"
         )
-    ratio = summary["sip_over_twilio"]
+    ratio, heard_ratio = summary["sip_over_twilio"], summary["sip_over_twilio_heard"]
     lines.append(
-        "| SIP / Twilio | | " + " | ".join(_cell(ratio[p], 2) for p in PERCENTILES) + " | | |"
+        "| SIP / Twilio | | "
+        + " | ".join(_cell(ratio[p], 2) for p in PERCENTILES)
+        + " | "
+        + " | ".join(_cell(heard_ratio[p], 2) for p in PERCENTILES)
+        + " | | |"
     )
     return "\n".join(lines)
 
@@ -477,7 +533,7 @@ def main(args: argparse.Namespace) -> int:
         ready_s = server.wait_ready()
         print(f"ready after {ready_s:.1f} s; {args.calls} calls x {args.turns} turns per "
               "transport, alternating", flush=True)  # fmt: skip
-        logs, failures = asyncio.run(
+        logs, heard, failures = asyncio.run(
             hold_alternating(
                 server.port, ("127.0.0.1", sip_port), server.store_path, server.turn_log, args
             )
@@ -486,12 +542,13 @@ def main(args: argparse.Namespace) -> int:
         server.stop()
     load_after = load_average()
     rows, split = turn_rows(logs)
-    summary = compare(rows)
+    heard_rows, _ = turn_rows(heard)
+    summary = compare(rows, heard_rows)
     header = (
         f"bench sip-vs-twilio: {args.calls} calls x {args.turns} turns per transport, "
         f"alternating call by call on one server; first answer audio at the caller, ms from "
-        f"its last sound. LLM temperature 0, max_tokens 60; load average {load_before} "
-        f"before, {load_after} after."
+        f"its last sound, as it arrived and as it played. LLM temperature 0, max_tokens 60; "
+        f"load average {load_before} before, {load_after} after."
     )
     table = render_table(summary)
     print(f"\n{header}\n\n{table}")
@@ -499,6 +556,7 @@ def main(args: argparse.Namespace) -> int:
         "summary": summary,
         "filler_split": split,
         "turns": rows,
+        "heard_turns": heard_rows,
         "failures": failures,
         "ready_after_s": round(ready_s, 1),
         "load_average": {"before": load_before, "after": load_after},

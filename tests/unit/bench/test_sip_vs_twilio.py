@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.caller_turns import ReplyFrame
 from bench.cli import build_parser
 from bench.sip_vs_twilio import (
     FRAME,
@@ -19,6 +20,7 @@ from bench.sip_vs_twilio import (
     compare,
     line_silence,
     newest_session,
+    played,
     render_table,
     round_order,
 )
@@ -62,20 +64,40 @@ def test_compare_gives_percentiles_per_transport_and_their_ratio() -> None:
     rows = [_row("twilio", 800.0 + i, 700.0, "answered") for i in range(5)]
     rows += [_row("sip", 840.0 + i, 710.0, "answered") for i in range(4)]
     rows.append(_row("sip", None, None, "failed"))
-    summary = compare(rows)
+    heard = [_row("twilio", 900.0, 0, "answered"), _row("sip", 850.0, 0, "answered")]
+    summary = compare(rows, heard)
     assert summary["twilio"]["answer_ms"]["p50"] == 802.0
     assert summary["sip"]["answer_ms"]["n"] == 4 and summary["sip"]["turns"] == 5
     assert summary["sip"]["outcomes"] == {"answered": 4, "failed": 1}
+    assert summary["sip"]["caller_less_server_ms"]["p50"] == 131.5  # 840..843 less 710
     assert summary["sip_over_twilio"]["p50"] == round(841.5 / 802.0, 3)
+    assert summary["sip_over_twilio_heard"]["p99"] == round(850 / 900, 3)
     table = render_table(summary)
     assert "| sip | 4 of 5 | 842 ms" in table  # p50 841.5 rounds to even
-    assert "| SIP / Twilio | | 1.05 |" in table
+    assert "| 850 ms | 850 ms | 850 ms | 710 ms | 132 ms |" in table
+    assert "| SIP / Twilio | | 1.05 |" in table and "| 0.94 | 0.94 | 0.94 | | |" in table
 
 
 def test_compare_with_no_answers_on_one_side_has_no_ratio() -> None:
     summary = compare([_row("twilio", 800.0, 700.0, "answered")])
     assert summary["sip_over_twilio"] == {"p50": None, "p95": None, "p99": None}
+    assert summary["sip_over_twilio_heard"]["p50"] is None
     assert "| sip | 0 of 0 | - ms" in render_table(summary)
+
+
+MS = 1_000_000
+
+
+def test_played_frames_wait_for_the_ones_before_and_a_clear_drops_the_rest() -> None:
+    burst = [ReplyFrame(i * MS, 20 * MS, i >= 3) for i in range(6)]  # sent ahead, at once
+    assert [f.at_ns // MS for f in played(burst)] == [0, 20, 40, 60, 80, 100]
+    # The first voiced frame arrives at 3 ms but is heard at 60 ms: the silence plays first.
+    assert next(f for f in played(burst) if f.voiced).at_ns == 60 * MS
+    # A clear at 50 ms: the frames not yet begun are never heard; the next reply plays at once.
+    later = [*burst, ReplyFrame(500 * MS, 20 * MS, True)]
+    assert [f.at_ns // MS for f in played(later, [50 * MS])] == [0, 20, 40, 500]
+    paced = [ReplyFrame(i * 20 * MS + 1, 20 * MS, True) for i in range(3)]  # as SIP sends
+    assert played(paced) == paced
 
 
 def test_the_command_is_registered() -> None:
