@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from voxpipe.conversation.reply import Reply, ReplyContext
+from voxpipe.conversation.reply import Reply
+from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_taking import TurnTaking
 from voxpipe.engines.base import Transcription

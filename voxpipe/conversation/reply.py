@@ -8,26 +8,25 @@ be paused (the caller may be starting to talk), resumed (it was only a
 backchannel) or interrupted (barge-in): the LLM and TTS stop, the client is
 told to clear its buffer, and the text kept is what the caller heard.
 
-With tools, the model may call one instead of answering: the call runs inside the reply
-(``tool_step.py``), the model is asked again with its result (up to three times), and the
-caller hears the tool's phrase meanwhile. Without tools a reply is one LLM request.
+What the model is asked and where its words go is the reply's rounds (``reply_rounds.py``);
+its voice, the filler and the pacing are ``reply_audio.py``. With tools, the model may call
+one instead of answering: the call runs inside the reply (``tool_step.py``), the model is
+asked again with its result (up to three times), and the caller hears the tool's phrase
+meanwhile. Without tools a reply is one LLM request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from voxpipe.conversation.chunker import ClauseChunker
 from voxpipe.conversation.events import (
     ErrorCode,
     ErrorEvent,
@@ -35,37 +34,20 @@ from voxpipe.conversation.events import (
     PlaybackClear,
     PlaybackFlush,
     ResponseDone,
-    ResponseTextDelta,
-    SendAudio,
-    SendEvent,
     Transcript,
     TurnMetrics,
 )
 from voxpipe.conversation.overlap_words import no_turn, resume_at, unheard
-from voxpipe.conversation.playback import Pacer, PlaybackTracker
-from voxpipe.conversation.record import CallRecorder
-from voxpipe.conversation.reply_audio import FrameNumbers, ReplyAudio
+from voxpipe.conversation.playback import PlaybackTracker
+from voxpipe.conversation.reply_audio import ReplyAudio
+from voxpipe.conversation.reply_context import ReplyContext
+from voxpipe.conversation.reply_rounds import Asked, ReplyRounds
 from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
-from voxpipe.conversation.services import Services
-from voxpipe.conversation.spoken import SpeechFilter, instead_of_markup
-from voxpipe.conversation.tool_ledger import ToolLedger
-from voxpipe.conversation.tool_step import (
-    MAX_TOOL_ROUNDS,
-    ReplyVoice,
-    SilenceGuard,
-    ToolOutcome,
-    ToolRound,
-    ends_on_result,
-)
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
-    LlmOutput,
     LlmUsage,
     PromptTooLong,
-    ToolCallDelta,
-    ToolCallRequest,
-    ToolSpec,
     Transcription,
     Urgency,
 )
@@ -73,29 +55,8 @@ from voxpipe.engines.runner import EngineBusy, JobClock
 from voxpipe.observability.logs import log_context
 from voxpipe.observability.stages import StageTimer
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
-from voxpipe.observability.tracing import NO_CALL, CallTrace
 
 log = logging.getLogger("voxpipe.reply")
-
-
-@dataclass
-class ReplyContext:
-    """What a reply borrows from its session."""
-
-    session_id: str
-    recorder: CallRecorder  # where the turns are recorded
-    services: Services
-    send_event: SendEvent
-    send_audio: SendAudio
-    frames: FrameNumbers
-    pacer: Pacer
-    output_rate: int
-    history: Callable[[], list[ChatMessage]]
-    closed: bool = False  # the call is over: nothing more is sent
-    trace: CallTrace = NO_CALL  # the call's span: each reply's turn span is its child
-    ledger: ToolLedger | None = None  # the session's tools: None, none offered
-    # The caller's words of a turn into the history now (ahead of a tool call), if any.
-    commit_turn: Callable[[int, str], ChatMessage | None] = lambda turn_id, text: None
 
 
 @dataclass
@@ -140,8 +101,7 @@ class Reply:
         self._audio: ReplyAudio | None = None  # its voice, once it speaks (a pause flushes it)
         self._sendable = asyncio.Event()  # confirmed, not paused (or cancelled: wake and stop)
         self._held_events: list[Event] = []
-        self._words_before = 0  # words said before a tool call: its message keeps them
-        self._tools_closed = False  # the next request is offered no tools
+        self.words_before = 0  # words said before a tool call: its message keeps them
         self._decided = asyncio.Event()  # a held reply was confirmed or thrown away
         # How a batching LLM ranks this reply's requests against other calls' (earliest
         # first; held work after every confirmed turn), updated as the reply is confirmed.
@@ -352,126 +312,29 @@ class Reply:
         self._outcome.ran_out(self.cancel.cancelled)
 
     async def _speak(self) -> None:
-        """LLM -> chunker -> TTS -> paced frames, the three stages running concurrently."""
-        cfg = self.ctx.services.config
-        stages, cancel, turn_id = self.stages, self.cancel, self.turn_id
-        ctx = self.ctx
+        """The model's rounds -> chunker -> TTS -> paced frames, all running at once: the
+        rounds (``reply_rounds.py``) write clauses that the voice (``reply_audio.py``)
+        synthesizes and paces, and the filler waits for the first words."""
+        ctx, cfg, stages, cancel = self.ctx, self.ctx.services.config, self.stages, self.cancel
         audio = ReplyAudio(
             self, ctx.services, stages, cancel, self.tracker, ctx.pacer,
             (ctx.send_audio, ctx.frames), ctx.output_rate, self._wait_until_sendable,
             self.urgency,
         )  # fmt: skip
         self._audio = audio
-        usage = LlmUsage()
-        llm_clock = JobClock()
-        guard: SilenceGuard | None = None
-
-        def keep_talking(phrase: str) -> None:
-            nonlocal guard
-            if guard is None and not cancel.cancelled:
-                guard = SilenceGuard(
-                    phrase,
-                    audio.phrase,
-                    audio.quiet_since_ns,
-                    lambda: audio.filler_queued,
-                    f"guard-{ctx.session_id}-{turn_id}",
-                    lambda: stages.timeline.marks_ns.get("speech_end"),
-                )
-
-        async def stop_guard() -> None:
-            nonlocal guard
-            if guard is not None:
-                await guard.stop()
-                guard = None
-
-        speaking = ReplyVoice(
-            turn_id, cancel, stages, self._emit, audio.phrase, keep_talking, self._confirmed,
-            self._commit_turn, self._caller_said,
-        )  # fmt: skip
-
-        async def think() -> None:
-            chunker, counters = ClauseChunker(cfg.chunker), self.timeline.counters
-            speech = SpeechFilter()  # between the model's text and all that it goes to
-
-            async def say(words: str) -> str:
-                """Words the caller may hear (``speech``'s): sent, chunked and spoken."""
-                if words:
-                    await stop_guard()  # the answer has begun
-                    audio.first_words.set()
-                    self.generated += words
-                    await self._emit(ResponseTextDelta(turn_id, words))
-                    for clause in chunker.push(words):
-                        await audio.clause(clause)
-                return words
-
-            messages = self._prompt()
-            try:
-                for round_no in itertools.count():
-                    tools, choice = self._offered(round_no)
-                    clock, used = (llm_clock, usage) if round_no == 0 else (JobClock(), LlmUsage())
-                    tools_round = None
-                    if ctx.ledger is not None and tools and choice != "none":
-                        tools_round = ToolRound(speaking, ctx.ledger)
-                    calls: list[ToolCallRequest] = []
-                    text = ""  # this request's words
-                    wrote = False  # the model wrote text, which may all have been markup
-                    with stages.llm(clock, used):
-                        approved = self._approved(round_no, tools_round)
-                        stream = (
-                            self._stream(messages, (tools, choice), clock, used, audio.llm_gate)
-                            if approved is None
-                            else _called(approved)
-                        )
-                        async with contextlib.aclosing(stream):
-                            async for item in stream:
-                                if cancel.cancelled:
-                                    break
-                                if isinstance(item, str):
-                                    stages.token()
-                                    if self.urgency.late and "late" not in counters:
-                                        chunker.hurry()  # shed work: past capacity
-                                        counters["late"] = True
-                                    wrote = True
-                                    text += await say(speech.push(item))
-                                elif tools_round is not None:  # a call: say what came before
-                                    text += await say(speech.flush())
-                                    for clause in chunker.flush():
-                                        await audio.clause(clause)
-                                    if isinstance(item, ToolCallDelta):
-                                        await tools_round.writing(item)
-                                    else:
-                                        calls.append(item)
-                    if not cancel.cancelled:
-                        text += await say(speech.flush())
-                        if wrote and not text.strip() and not calls:  # only markup
-                            text += await say(instead_of_markup(messages))
-                    if round_no:
-                        stages.llm_again(clock, used)
-                    if cancel.cancelled or not calls or tools_round is None:
-                        break
-                    outcome = await tools_round.run(calls, text.strip())
-                    if outcome not in (ToolOutcome.REPEATED, ToolOutcome.ASK):
-                        self._words_before += len(text.split())  # the calls' message has them
-                    says = outcome.asks_again or outcome is ToolOutcome.ASK
-                    if not says:
-                        break
-                    if (said := tools_round.answer()) is not None and not cancel.cancelled:
-                        await say(said)  # the tools said the answer (or ask): no model round
-                        break
-                    if not outcome.asks_again:
-                        break
-                    self._tools_closed = outcome is not ToolOutcome.ANSWER
-                    messages = self._prompt()
-                if not cancel.cancelled:
-                    for clause in chunker.flush():
-                        await audio.clause(clause)
-            finally:
-                await stop_guard()
-                await audio.end()  # done or failed: no filler from here on
-
+        asked = Asked(
+            self.turn_id,
+            self.transcript if self.audio is not None else None,
+            self.text,
+            self.tool_choice,
+        )
+        rounds = ReplyRounds(
+            self, ctx, asked, cancel, stages, self.urgency, audio, self._emit, self._confirmed
+        )
+        usage, llm_clock = LlmUsage(), JobClock()
         try:
             async with asyncio.timeout(cfg.deadlines.turn_s), asyncio.TaskGroup() as group:
-                group.create_task(think())
+                group.create_task(rounds.run(usage, llm_clock))
                 group.create_task(audio.voice())
                 group.create_task(audio.play())
                 group.create_task(audio.fill_silence())
@@ -482,73 +345,6 @@ class Reply:
             await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
         finally:
             stages.llm_done(llm_clock, usage)
-
-    # -- what the model is asked, and with which tools ---------------------------
-
-    def _prompt(self) -> list[ChatMessage]:
-        messages = self.ctx.history()
-        if self.audio is not None and self.user_message is None:
-            messages.append(ChatMessage("user", self.transcript))  # not in the history yet
-        return messages if self.ctx.ledger is None else self.ctx.ledger.prompt(messages)
-
-    def _offered(self, round_no: int) -> tuple[list[ToolSpec] | None, str]:
-        """The tools of request ``round_no`` and the tool choice. Every request of a call
-        has the same tools in its prompt (its cached prefix holds); a request that may not
-        call (the fourth, after a tool changed something, or asked for on a client tool's
-        output) is told "none"."""
-        ledger = self.ctx.ledger
-        tools = ledger.offered() if ledger is not None and self.text is None else None
-        if not tools or ledger is None:
-            return None, "auto"
-        self.stages.offer_tools()
-        answering = not round_no and self.audio is None and ends_on_result(self.ctx.history())
-        if round_no >= MAX_TOOL_ROUNDS or self._tools_closed or answering:
-            return tools, "none"
-        return tools, (self.tool_choice or ledger.tool_choice) if round_no == 0 else "auto"
-
-    def _stream(
-        self,
-        messages: list[ChatMessage],
-        offer: tuple[Sequence[ToolSpec] | None, str],
-        clock: JobClock,
-        usage: LlmUsage,
-        gate: threading.Event,
-    ) -> AsyncGenerator[LlmOutput, None]:
-        if self.text is not None:
-            return _said(self.text)
-        return self.ctx.services.llm.stream(
-            self.ctx.session_id,
-            messages,
-            self.cancel,
-            usage,
-            clock,
-            gate=gate,
-            tools=offer[0],
-            tool_choice=offer[1],
-            trace_headers=self.stages.trace_headers(),
-            urgency=self.urgency,
-        )
-
-    def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
-        """A caller's plain yes to the call read back last turn: that call is this
-        request's, with no model asked (``confirmation.py``)."""
-        ledger = self.ctx.ledger
-        if round_no or tools is None or ledger is None or self.audio is None:
-            return None
-        return ledger.approved(self.transcript)
-
-    def _caller_said(self) -> str:
-        """The caller's words this reply answers: its transcript, or for a reply a client
-        asked for, the history's latest user message."""
-        if self.audio is not None:
-            return self.transcript
-        users = [m.content for m in self.ctx.history() if m.role == "user"]
-        return users[-1] if users else ""
-
-    def _commit_turn(self) -> None:
-        """A call is about to be recorded: the caller's words go into the history first."""
-        if self.user_message is None and self.audio is not None:
-            self.user_message = self.ctx.commit_turn(self.turn_id, self.transcript)
 
     async def _confirmed(self) -> bool:
         """A held reply waits for the end of the turn before it acts (a tool call): False
@@ -572,9 +368,9 @@ class Reply:
     def answer_text(self) -> str:
         """What the history keeps as the answer: the kept text less the words said before
         a tool call (that call's message holds them)."""
-        if not self._words_before:
+        if not self.words_before:
             return self.kept_text
-        return " ".join(self.kept_text.split()[self._words_before :])
+        return " ".join(self.kept_text.split()[self.words_before :])
 
     async def _finish(self) -> None:
         tl = self.timeline
@@ -623,18 +419,8 @@ class Reply:
             await self._emit(TurnMetrics(self.turn_id, record))
 
 
-async def _called(call: ToolCallRequest) -> AsyncGenerator[LlmOutput, None]:
-    """A call the caller approved, in place of the LLM's output."""
-    yield call
-
-
 def _alone(error: BaseException) -> BaseException:
     """The one error a task group failed with, unwrapped (it wraps even a single one)."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
-
-
-async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:
-    """Words said as they are (a greeting), in place of the LLM's."""
-    yield text

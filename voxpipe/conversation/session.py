@@ -49,7 +49,7 @@ from voxpipe.config import TurnConfig
 from voxpipe.conversation.call_control import CallControl
 from voxpipe.conversation.client_commands import ClientCommands
 from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
-from voxpipe.conversation.events import SpeechStarted, SpeechStopped
+from voxpipe.conversation.events import SendAudio, SendEvent, SpeechStarted, SpeechStopped
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound
 from voxpipe.conversation.keypad import KeypadTurns
@@ -57,8 +57,9 @@ from voxpipe.conversation.partials import PartialTranscripts
 from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.replies import Replies
-from voxpipe.conversation.reply import Reply, ReplyContext, SendAudio, SendEvent
+from voxpipe.conversation.reply import Reply
 from voxpipe.conversation.reply_audio import FrameNumbers
+from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.reply_status import ReplyStatus
 from voxpipe.conversation.saved_state import AnsweredAudio, SavedCall, new_call_id
 from voxpipe.conversation.services import CallRecord, Services

@@ -1,0 +1,282 @@
+"""A reply's requests to the model: what each asks, with which tools, and where its words go.
+
+A reply (``reply.py``) asks the model once, or with tools once per tool round (up to
+``MAX_TOOL_ROUNDS`` with tools offered, then once without). What the model writes passes the
+speech filter (``spoken.py``), and what passes is the answer: the client's transcript
+(``ResponseTextDelta``), the clause chunker and the reply's voice (``reply_audio.py``). A
+tool call ends the words before it and goes to a
+:class:`~voxpipe.conversation.tool_step.ToolRound`; from the first sign of one until the
+answer's first words a :class:`~voxpipe.conversation.tool_step.SilenceGuard` says the tool's
+phrase. A reply given its words (a greeting, the rest of an interrupted reply) makes the same
+one round with those words in place of the model's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from voxpipe.conversation.chunker import ClauseChunker
+from voxpipe.conversation.events import Event, ResponseTextDelta
+from voxpipe.conversation.reply_audio import ReplyAudio
+from voxpipe.conversation.reply_context import ReplyContext
+from voxpipe.conversation.spoken import SpeechFilter, instead_of_markup
+from voxpipe.conversation.tool_step import (
+    MAX_TOOL_ROUNDS,
+    ReplyVoice,
+    SilenceGuard,
+    ToolOutcome,
+    ToolRound,
+    ends_on_result,
+)
+from voxpipe.engines.base import ChatMessage, LlmUsage, ToolCallDelta
+from voxpipe.engines.runner import JobClock
+from voxpipe.observability.stages import StageTimer
+
+if TYPE_CHECKING:  # names in annotations only
+    from voxpipe.engines.base import CancelToken, LlmOutput, ToolCallRequest, ToolSpec, Urgency
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What one reply answers, as its requests need it."""
+
+    turn_id: int
+    transcript: str | None  # the caller's words; None: a client asked (the history as it is)
+    say: str | None  # words to say as they are (a greeting, a rest): no LLM
+    tool_choice: str | None  # this reply's own (a Realtime response's); None: the session's
+
+
+class AnsweringReply(Protocol):
+    """What the rounds write back into their reply, for the session to read."""
+
+    generated: str  # every word of the answer so far
+    user_message: ChatMessage | None  # the caller's words, put in the history early
+    words_before: int  # words said before a tool call: that call's message holds them
+
+
+class ReplyRounds:
+    """The model's side of one reply: :meth:`run` asks, round after round, and speaks."""
+
+    def __init__(
+        self,
+        reply: AnsweringReply,
+        ctx: ReplyContext,
+        asked: Asked,
+        cancel: CancelToken,
+        stages: StageTimer,
+        urgency: Urgency,
+        audio: ReplyAudio,
+        emit: Callable[[Event], Awaitable[None]],
+        confirmed: Callable[[], Awaitable[bool]],
+    ) -> None:
+        """``emit``: the reply's events (held back while it is held); ``confirmed``: waits
+        until a held reply is released, False if it was thrown away."""
+        self._reply, self._ctx, self._asked = reply, ctx, asked
+        self._cancel, self._stages, self._urgency = cancel, stages, urgency
+        self._audio, self._emit = audio, emit
+        self._chunker = ClauseChunker(ctx.services.config.chunker)
+        self._speech = SpeechFilter()  # between the model's text and all that it goes to
+        self._guard: SilenceGuard | None = None
+        self._tools_closed = False  # the next request is offered no tools
+        self._voice = ReplyVoice(
+            asked.turn_id, cancel, stages, emit, audio.phrase, self._keep_talking, confirmed,
+            self._commit_turn, self._caller_said,
+        )  # fmt: skip
+
+    async def run(self, usage: LlmUsage, clock: JobClock) -> None:
+        """Every request of the reply, until one ends it: no call, a client's call, a
+        question for the caller, the results' own words, or the rounds spent. ``usage`` and
+        ``clock`` are the first request's."""
+        messages, cancel = self._prompt(), self._cancel
+        try:
+            for round_no in itertools.count():
+                tools, choice = self._offered(round_no)
+                used, timed = (usage, clock) if round_no == 0 else (LlmUsage(), JobClock())
+                ledger = self._ctx.ledger
+                tools_round = None
+                if ledger is not None and tools and choice != "none":
+                    tools_round = ToolRound(self._voice, ledger)
+                with self._stages.llm(timed, used):
+                    text, calls, wrote = await self._request(
+                        round_no, messages, (tools, choice), (timed, used), tools_round
+                    )
+                if not cancel.cancelled:
+                    text += await self._say(self._speech.flush())
+                    if wrote and not text.strip() and not calls:  # only markup
+                        text += await self._say(instead_of_markup(messages))
+                if round_no:
+                    self._stages.llm_again(timed, used)
+                if cancel.cancelled or not calls or tools_round is None:
+                    break
+                outcome = await tools_round.run(calls, text.strip())
+                if outcome not in (ToolOutcome.REPEATED, ToolOutcome.ASK):
+                    self._reply.words_before += len(text.split())  # the calls' message has them
+                says = outcome.asks_again or outcome is ToolOutcome.ASK
+                if not says:
+                    break
+                if (said := tools_round.answer()) is not None and not cancel.cancelled:
+                    await self._say(said)  # the tools said the answer (or ask): no model round
+                    break
+                if not outcome.asks_again:
+                    break
+                self._tools_closed = outcome is not ToolOutcome.ANSWER
+                messages = self._prompt()
+            if not cancel.cancelled:
+                await self._flush_clauses()
+        finally:
+            await self._stop_guard()
+            await self._audio.end()  # done or failed: no filler from here on
+
+    async def _request(
+        self,
+        round_no: int,
+        messages: list[ChatMessage],
+        offer: tuple[Sequence[ToolSpec] | None, str],
+        timing: tuple[JobClock, LlmUsage],
+        tools_round: ToolRound | None,
+    ) -> tuple[str, list[ToolCallRequest], bool]:
+        """One request: its words said as they come, its calls collected. Returns the
+        words, the calls, and whether the model wrote text (all of it maybe markup)."""
+        cancel, stages, speech = self._cancel, self._stages, self._speech
+        counters = stages.timeline.counters
+        calls: list[ToolCallRequest] = []
+        text = ""  # this request's words
+        wrote = False  # the model wrote text, which may all have been markup
+        approved = self._approved(round_no, tools_round)
+        stream = self._stream(messages, offer, *timing) if approved is None else _called(approved)
+        async with contextlib.aclosing(stream):
+            async for item in stream:
+                if cancel.cancelled:
+                    break
+                if isinstance(item, str):
+                    stages.token()
+                    if self._urgency.late and "late" not in counters:
+                        self._chunker.hurry()  # shed work: past capacity
+                        counters["late"] = True
+                    wrote = True
+                    text += await self._say(speech.push(item))
+                elif tools_round is not None:  # a call: say what came before
+                    text += await self._say(speech.flush())
+                    await self._flush_clauses()
+                    if isinstance(item, ToolCallDelta):
+                        await tools_round.writing(item)
+                    else:
+                        calls.append(item)
+        return text, calls, wrote
+
+    async def _say(self, words: str) -> str:
+        """Words the caller may hear (``speech``'s): sent, chunked and spoken."""
+        if words:
+            await self._stop_guard()  # the answer has begun
+            self._audio.first_words.set()
+            self._reply.generated += words
+            await self._emit(ResponseTextDelta(self._asked.turn_id, words))
+            for clause in self._chunker.push(words):
+                await self._audio.clause(clause)
+        return words
+
+    async def _flush_clauses(self) -> None:
+        for clause in self._chunker.flush():
+            await self._audio.clause(clause)
+
+    def _keep_talking(self, phrase: str) -> None:
+        """A tool round's first sign of a call: the guard says ``phrase`` if the silence
+        goes on (one guard a reply)."""
+        if self._guard is None and not self._cancel.cancelled:
+            audio, timeline = self._audio, self._stages.timeline
+            self._guard = SilenceGuard(
+                phrase,
+                audio.phrase,
+                audio.quiet_since_ns,
+                lambda: audio.filler_queued,
+                f"guard-{self._ctx.session_id}-{self._asked.turn_id}",
+                lambda: timeline.marks_ns.get("speech_end"),
+            )
+
+    async def _stop_guard(self) -> None:
+        if self._guard is not None:
+            await self._guard.stop()
+            self._guard = None
+
+    # -- what the model is asked, and with which tools ---------------------------
+
+    def _prompt(self) -> list[ChatMessage]:
+        messages = self._ctx.history()
+        transcript = self._asked.transcript
+        if transcript is not None and self._reply.user_message is None:
+            messages.append(ChatMessage("user", transcript))  # not in the history yet
+        return messages if self._ctx.ledger is None else self._ctx.ledger.prompt(messages)
+
+    def _offered(self, round_no: int) -> tuple[list[ToolSpec] | None, str]:
+        """The tools of request ``round_no`` and the tool choice. Every request of a call
+        has the same tools in its prompt (its cached prefix holds); a request that may not
+        call (the fourth, after a tool changed something, or asked for on a client tool's
+        output) is told "none"."""
+        ledger, asked = self._ctx.ledger, self._asked
+        tools = ledger.offered() if ledger is not None and asked.say is None else None
+        if not tools or ledger is None:
+            return None, "auto"
+        self._stages.offer_tools()
+        client_asked = asked.transcript is None
+        answering = not round_no and client_asked and ends_on_result(self._ctx.history())
+        if round_no >= MAX_TOOL_ROUNDS or self._tools_closed or answering:
+            return tools, "none"
+        return tools, (asked.tool_choice or ledger.tool_choice) if round_no == 0 else "auto"
+
+    def _stream(
+        self,
+        messages: list[ChatMessage],
+        offer: tuple[Sequence[ToolSpec] | None, str],
+        clock: JobClock,
+        usage: LlmUsage,
+    ) -> AsyncGenerator[LlmOutput, None]:
+        if self._asked.say is not None:
+            return _said(self._asked.say)
+        return self._ctx.services.llm.stream(
+            self._ctx.session_id,
+            messages,
+            self._cancel,
+            usage,
+            clock,
+            gate=self._audio.llm_gate,
+            tools=offer[0],
+            tool_choice=offer[1],
+            trace_headers=self._stages.trace_headers(),
+            urgency=self._urgency,
+        )
+
+    def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
+        """A caller's plain yes to the call read back last turn: that call is this
+        request's, with no model asked (``confirmation.py``)."""
+        ledger, transcript = self._ctx.ledger, self._asked.transcript
+        if round_no or tools is None or ledger is None or transcript is None:
+            return None
+        return ledger.approved(transcript)
+
+    def _caller_said(self) -> str:
+        """The caller's words this reply answers: its transcript, or for a reply a client
+        asked for, the history's latest user message."""
+        if self._asked.transcript is not None:
+            return self._asked.transcript
+        users = [m.content for m in self._ctx.history() if m.role == "user"]
+        return users[-1] if users else ""
+
+    def _commit_turn(self) -> None:
+        """A call is about to be recorded: the caller's words go into the history first."""
+        transcript, reply = self._asked.transcript, self._reply
+        if reply.user_message is None and transcript is not None:
+            reply.user_message = self._ctx.commit_turn(self._asked.turn_id, transcript)
+
+
+async def _called(call: ToolCallRequest) -> AsyncGenerator[LlmOutput, None]:
+    """A call the caller approved, in place of the LLM's output."""
+    yield call
+
+
+async def _said(text: str) -> AsyncGenerator[LlmOutput, None]:
+    """Words said as they are (a greeting), in place of the LLM's."""
+    yield text
