@@ -430,6 +430,19 @@ def _ratio(sip: Mapping[str, float], twilio: Mapping[str, float]) -> dict[str, f
     }
 
 
+def paired_ms(rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per sentence said over both transports in a round, both answered with no filler:
+    SIP's caller-less-server figure minus Twilio's. What SIP's line adds over Twilio's on
+    the same words, the models' time (which a busy machine moves) taken out of both."""
+    share: dict[tuple[int, int], dict[str, float]] = {}
+    for r in rows:
+        if None in (r["answer_ms"], r["server_first_audio_ms"]) or r.get("filler"):
+            continue
+        key = (r["conversation"], r["sentence"])
+        share.setdefault(key, {})[r["transport"]] = r["answer_ms"] - r["server_first_audio_ms"]
+    return [round(s["sip"] - s["twilio"], 1) for s in share.values() if len(s) == 2]
+
+
 def compare(
     rows: Sequence[Mapping[str, Any]], heard_rows: Sequence[Mapping[str, Any]] = ()
 ) -> dict[str, Any]:
@@ -458,6 +471,10 @@ def compare(
         }
     out["sip_over_twilio"] = _ratio(out["sip"]["answer_ms"], out["twilio"]["answer_ms"])
     out["sip_over_twilio_heard"] = _ratio(out["sip"]["heard_ms"], out["twilio"]["heard_ms"])
+    out["sip_less_twilio_paired_ms"] = {
+        "arrived": spread(paired_ms(rows)),
+        "heard": spread(paired_ms(heard_rows)),
+    }
     return out
 
 
@@ -492,6 +509,14 @@ def render_table(summary: Mapping[str, Any]) -> str:
         + " | "
         + " | ".join(_cell(heard_ratio[p], 2) for p in PERCENTILES)
         + " | | |"
+    )
+    paired = summary["sip_less_twilio_paired_ms"]
+    arrived, heard = paired["arrived"], paired["heard"]
+    lines.append(
+        f"\nThe same sentence both ways ({arrived.get('n', 0)} answered over both, no "
+        f"filler): SIP's caller-less-server figure minus Twilio's, p50 "
+        f"{_cell(arrived.get('p50'))} ms (max {_cell(arrived.get('max'))}) as the reply "
+        f"arrived, {_cell(heard.get('p50'))} ms (max {_cell(heard.get('max'))}) as it played."
     )
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ from bench.sip_vs_twilio import (
     compare,
     line_silence,
     newest_session,
+    paired_ms,
     played,
     render_table,
     round_order,
@@ -57,6 +58,9 @@ def _row(transport: str, answer: float | None, server: float | None, outcome: st
         "answer_ms": answer,
         "server_first_audio_ms": server,
         "outcome": outcome,
+        "conversation": 0,
+        "sentence": 0,
+        "filler": False,
     }
 
 
@@ -86,6 +90,24 @@ def test_compare_with_no_answers_on_one_side_has_no_ratio() -> None:
 
 
 MS = 1_000_000
+
+
+def _said(transport: str, sentence: int, answer: float | None, filler: bool = False) -> Any:
+    row = _row(transport, answer, 500.0, "answered")
+    return {**row, "sentence": sentence, "filler": filler}
+
+
+def test_paired_is_sip_less_twilio_on_sentences_both_answered_without_filler() -> None:
+    rows = [
+        _said("twilio", 0, 600.0), _said("sip", 0, 650.0),  # SIP's line: 50 ms more
+        _said("twilio", 1, 900.0), _said("sip", 1, 880.0),  # 20 ms less
+        _said("twilio", 2, 700.0), _said("sip", 2, None),  # not answered over SIP
+        _said("twilio", 3, 700.0, filler=True), _said("sip", 3, 720.0),  # a filler first
+    ]  # fmt: skip
+    assert sorted(paired_ms(rows)) == [-20.0, 50.0]
+    summary = compare(rows, rows)
+    assert summary["sip_less_twilio_paired_ms"]["arrived"]["p50"] == 15.0
+    assert "p50 15 ms (max 50) as the reply arrived" in render_table(summary)
 
 
 def test_played_frames_wait_for_the_ones_before_and_a_clear_drops_the_rest() -> None:
