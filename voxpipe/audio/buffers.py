@@ -11,8 +11,6 @@ from enum import StrEnum
 
 class Overflow(StrEnum):
     DROP_OLDEST = "drop_oldest"  # keep the newest audio: the caller's now matters most
-    DROP_NEWEST = "drop_newest"
-    CLOSE = "close"  # the peer cannot keep up: end the call
 
 
 @dataclass(frozen=True)
@@ -25,17 +23,16 @@ class JitterBuffer:
     """Caller audio between the socket and the VAD, at most ``max_ms`` of it.
 
     The receive loop only appends, so a slow VAD never stalls the socket; when
-    the consumer falls behind by more than the bound, the policy decides which
-    audio goes, and every dropped millisecond is counted.
+    the consumer falls behind by more than the bound, the oldest audio goes (its
+    policy, as the metrics name it), and every dropped millisecond is counted.
     """
 
-    def __init__(self, sample_rate: int, max_ms: int, policy: Overflow = Overflow.DROP_OLDEST):
+    def __init__(self, sample_rate: int, max_ms: int):
         self.rate = sample_rate
         self.max_bytes = sample_rate * max_ms // 1000 * 2
-        self.policy = policy
+        self.policy = Overflow.DROP_OLDEST
         self._chunks: deque[Chunk] = deque()
         self._bytes = 0
-        self.dropped_bytes = 0
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -53,16 +50,12 @@ class JitterBuffer:
         """Append; returns the bytes dropped to stay within the bound."""
         chunk = Chunk(pcm, now_ns or time.monotonic_ns())
         dropped = 0
-        if self.policy is Overflow.DROP_NEWEST and self._bytes + len(pcm) > self.max_bytes:
-            self.dropped_bytes += len(pcm)
-            return len(pcm)
         self._chunks.append(chunk)
         self._bytes += len(pcm)
         while self._bytes > self.max_bytes and len(self._chunks) > 1:
             old = self._chunks.popleft()
             self._bytes -= len(old.pcm)
             dropped += len(old.pcm)
-        self.dropped_bytes += dropped
         return dropped
 
     def take(self) -> list[Chunk]:

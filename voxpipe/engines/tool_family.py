@@ -88,8 +88,3 @@ def native_chat(
             item["tool_call_id"] = m.tool_call_id
         out.append(item)
     return out, ([t.openai() for t in tools] if tools else None)
-
-
-def template_is_native(source: str) -> bool:
-    """Whether a template renders the ``tools`` variable and assistant ``tool_calls``."""
-    return "tools" in source and "tool_calls" in source

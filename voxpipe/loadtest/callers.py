@@ -117,8 +117,6 @@ class CallRecord:
     index: int
     outcome: str  # "completed", "rejected" or "crashed"
     reason: str = ""  # the refusal's error code, or what broke
-    started_s: float = 0.0
-    ended_s: float = 0.0
     turns: list[TurnRecord] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # error codes received during the call
 
@@ -188,7 +186,7 @@ async def run_caller(
     """Dial at ``origin + start_s``, talk until ``origin + stop_s`` (monotonic seconds),
     finish the turn in progress, and hang up."""
     await asyncio.sleep(max(0.0, origin + start_s - time.monotonic()))
-    record = CallRecord(index, "completed", started_s=time.monotonic() - origin)
+    record = CallRecord(index, "completed")
     client = NativeClient(url)
     try:
         try:
@@ -217,7 +215,6 @@ async def run_caller(
         record.errors = [str(e.get("code")) for e in client.errors]
         with contextlib.suppress(Exception):
             await client.close()
-        record.ended_s = time.monotonic() - origin
     return record
 
 

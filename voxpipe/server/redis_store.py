@@ -123,7 +123,6 @@ class RedisStore:
         self._queue: asyncio.Queue[Write] = asyncio.Queue(MAX_PENDING)
         self.dropped = 0
         self.failed = 0
-        self.crashed_found = 0
         self.worker = worker
         self.holder = new_holder(worker)
         self._writer: asyncio.Task[None] | None = None
@@ -278,7 +277,6 @@ class RedisStore:
             if cursor == 0:
                 break
         if found:
-            self.crashed_found += found
             log.warning("marked %d call(s) crashed: their worker died while they were live", found)
         return found
 

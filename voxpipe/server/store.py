@@ -151,7 +151,6 @@ class SqliteStore:
             MAX_PENDING
         )
         self.dropped = 0
-        self.crashed_found = 0
         self._beat(self._db)  # before any call: calls of this worker's last life are dead now
         self._next_beat = time.monotonic() + HEARTBEAT_S
         self._thread = threading.Thread(target=self._write_loop, name="store", daemon=True)
@@ -207,7 +206,6 @@ class SqliteStore:
         ).rowcount
         db.execute("DELETE FROM workers WHERE seen_at < ?", (now - 86400,))
         if found:
-            self.crashed_found += found
             log.warning("marked %d call(s) crashed: their worker died while they were live", found)
 
     def call_started(self, call: CallRecord, info: dict[str, Any]) -> None:

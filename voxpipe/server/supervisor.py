@@ -45,7 +45,6 @@ class Worker:
     port: int
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
-    restarts: int = 0
     backoff_s: float = MIN_BACKOFF_S
     due_at: float = 0.0  # when a dead worker is started again
 
@@ -104,7 +103,6 @@ class Supervisor:
         process = worker.process
         if process is None:
             if now >= worker.due_at and not self._stopping:
-                worker.restarts += 1
                 self._start(worker)
             return
         code = process.poll()
