@@ -1,13 +1,20 @@
 """The SIP call's codecs (voxpipe/transports/sip/codecs.py) and Opus in SDP (RFC 7587): a
 tone through each codec and back, a bad Opus packet refused, opus offered and answered at
-its 48 kHz clock with the keypad's telephone-event, and G.711 still preferred by default."""
+its 48 kHz clock with the keypad's telephone-event, G.711 still preferred by default, and an
+Opus-only call through the app on fake engines."""
 
 from __future__ import annotations
+
+import asyncio
+import itertools
 
 import numpy as np
 import pytest
 
+from tests.unit.transports.sip_phone import SipPhone
+from tests.unit.transports.test_sip_user_agent import calls, sip_server
 from voxpipe.config import Config
+from voxpipe.transports.sip import rtp
 from voxpipe.transports.sip.codecs import OPUS_RATE, BadPayload, codec_for
 from voxpipe.transports.sip.sdp import (
     OFFERED_OPUS,
@@ -124,3 +131,53 @@ def test_our_offer_lists_opus_after_g711_and_takes_the_answer_s_choice() -> None
     chosen = accept_answer(callee, ["PCMU", "PCMA", "opus"])
     assert (chosen.codec, chosen.payload_type, chosen.remote) == ("opus", 111, ("10.0.0.2", 5000))
     assert chosen.new_codec().clock_rate == OPUS_RATE
+
+
+OPUS_ONLY = (
+    "v=0\r\no=phone 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+    "m=audio {port} RTP/AVP 96 101\r\na=rtpmap:96 opus/48000/2\r\n"
+    "a=rtpmap:101 telephone-event/48000\r\na=sendrecv\r\n"
+)
+
+
+def loudness(pcm: bytes) -> float:
+    return float(np.mean(np.abs(np.frombuffer(pcm, "<i2").astype(np.float64)))) / 32768
+
+
+async def test_a_call_in_opus_is_heard_and_answered_in_opus() -> None:
+    """An Opus-only phone through the app on fake engines: its speech is a turn, and the
+    reply comes back in Opus, one packet per 20 ms of the 48 kHz clock."""
+    async with sip_server() as (where, http):
+        phone = await SipPhone(where).open()
+        try:
+            phone.send("INVITE", OPUS_ONLY.format(port=phone.rtp_port).encode())
+            ok = await phone.response(200)
+            media = parse_offer(ok.body)
+            assert media.payload_types == (96, 101) and media.names[96] == "OPUS/48000/2"
+            phone.send("ACK", cseq=phone.cseq)
+            encoder, decoder = codec_for("opus"), codec_for("opus")
+            speech = (
+                (tone(OPUS_RATE, 0.5) * 2).astype("<i2").tobytes()
+            )  # loud enough for the fake VAD
+            for seq in range(60):  # half a second of speech, then silence: a turn
+                pcm = speech[seq * 1920 : (seq + 1) * 1920] if seq < 25 else bytes(1920)
+                payload = encoder.encode(pcm)
+                packet = rtp.RtpPacket(96, seq, seq * 960, 7, payload)
+                phone.send_rtp((media.address, media.port), packet)
+            heard: list[rtp.RtpPacket] = []
+            async with asyncio.timeout(10):
+                while True:
+                    packet = await phone.rtp_packet()
+                    heard.append(packet)
+                    if loudness(decoder.decode(packet.payload)) > 0.01:
+                        break  # the reply
+            assert {p.payload_type for p in heard} == {96}
+            steps = {(b.timestamp - a.timestamp) % (1 << 32) for a, b in itertools.pairwise(heard)}
+            assert steps <= {960}
+            phone.send("BYE")
+            await phone.response(200)
+            async with asyncio.timeout(10):
+                while await calls(http):  # noqa: ASYNC110 (the server's count has no push)
+                    await asyncio.sleep(0.02)
+        finally:
+            phone.close()
