@@ -53,7 +53,8 @@ MODULES_TODAY = 44  # 19 over the bound
 UP_CALLS_BOUND = 3
 UP_CALLS_TODAY = 4  # 1 over the bound
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT, DOC = ROOT / "pyproject.toml", ROOT / "docs" / "architecture.md"
 FAKES = "tests.unit.fakes"
 # The fake engines' classes, by the stage each stands in for.
 STAGES = {"FakeVad": "vad", "FakeVadStream": "vad", "FakeStt": "stt", "FakeLlm": "llm",
@@ -114,21 +115,31 @@ class TurnPath:
     def modules(self) -> list[str]:
         return [s.module for s in self.steps if not s.stage]
 
-    def lines(self) -> list[str]:
-        out = ["One Twilio turn, frame in to first frame out:"]
-        number = 0
+    def listing(self) -> list[str]:
+        """The numbered modules, each with the function first entered, in order."""
+        out, number = [], 0
         for step in self.steps:
             if step.stage:
                 out.append(f"     {step}")
             else:
                 number += 1
                 out.append(f"{number:>3}. {step}")
-        out.append(
-            f"{len(self.modules)} modules (issue 28: <= {MODULES_BOUND}); "
-            f"{len(self.up_calls)} calls back up a layer (<= {UP_CALLS_BOUND}):"
-        )
-        out += [f"  {call}  ({n}x)" for call, n in self.up_calls.items()]
         return out
+
+    def lines(self) -> list[str]:
+        return [
+            "One Twilio turn, frame in to first frame out:",
+            *self.listing(),
+            f"{len(self.modules)} modules (issue 28: <= {MODULES_BOUND}); "
+            f"{len(self.up_calls)} calls back up a layer (<= {UP_CALLS_BOUND}):",
+            *(f"  {call}  ({n}x)" for call, n in self.up_calls.items()),
+        ]
+
+
+def documented_path() -> list[str]:
+    """The listing as docs/architecture.md quotes it: the first block of its section."""
+    text = DOC.read_text().split("\n## One Twilio turn, frame in to first frame out\n")[1]
+    return text.split("```\n")[1].splitlines()
 
 
 class PathRecorder:
@@ -318,6 +329,7 @@ async def test_one_twilio_turn_stays_within_its_modules_and_calls_back_up() -> N
     assert up_calls_now == UP_CALLS_TODAY or up_calls_now <= UP_CALLS_BOUND, (
         f"down to {up_calls_now} calls back up a layer: set UP_CALLS_TODAY to it"
     )
+    assert path.listing() == documented_path(), "docs/architecture.md quotes the path as it is"
 
 
 def main() -> None:
