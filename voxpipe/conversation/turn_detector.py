@@ -101,9 +101,11 @@ class TurnDetector:
         # A reply is speaking and speech would interrupt it: speech opens sooner
         # (barge_in_threshold), so the reply pauses on the caller's first, weak word.
         self.over_reply = False
-        # The bar this turn's speech opened at: its voiced length (and so a barge-in's
-        # min_interruption_ms) counts the windows that reach it, and none below it is
-        # silence. Weak speech that paused a reply is measured as the speech it was.
+        # The bar this turn's speech opened at: no window at it counts as silence, so weak
+        # speech that paused a reply holds the pause. Its voiced length (and so a barge-in's
+        # min_interruption_ms) still counts only windows at the turn's threshold: measured
+        # at the lower bar, backchannels crossed min_interruption_ms and were stopped and
+        # resumed (a second or more of silence) instead of paused (bench overlap).
         self._bar = config.threshold
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
@@ -157,7 +159,7 @@ class TurnDetector:
         if prob >= min(self._release, self._bar):
             self._silence_run = 0
             self._ends_at = None  # speech again: a verdict on the last silence is moot
-            if prob >= self._bar:
+            if prob >= self.cfg.threshold:
                 self._last_speech_end = self.samples
         else:
             self._silence_run += 1
