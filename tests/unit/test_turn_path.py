@@ -21,6 +21,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import sys
 import threading
 import tomllib
@@ -41,7 +42,6 @@ from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.audio.g711 import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
-from voxpipe.loadtest.server_process import free_port
 from voxpipe.server import lifecycle
 from voxpipe.server.app import create_app
 
@@ -231,7 +231,7 @@ def engines(config: Config) -> Engines:
 
 @contextlib.asynccontextmanager
 async def served(recorder: PathRecorder) -> AsyncIterator[tuple[int, Any]]:
-    """The app on the fakes, on a free port, once ready; its port and its state. No deadline
+    """The app on the fakes, on a port of its own, once ready; its port and its state. No deadline
     can miss (the profiler slows the turn: a miss would add the filler) and the call's
     watchdog, which is not on the turn's path, sleeps through it."""
     config = Config.load(
@@ -240,10 +240,11 @@ async def served(recorder: PathRecorder) -> AsyncIterator[tuple[int, Any]]:
         deadlines={"stt_ms": 60_000, "llm_first_token_ms": 60_000, "tts_first_chunk_ms": 60_000},
     )
     app = create_app(config, engines)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    listening = socket.create_server(("127.0.0.1", 0))  # its own port: no other can take it
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     with mock.patch.object(lifecycle, "WATCH_INTERVAL_S", 3600.0), profiled(recorder):
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[listening]))
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
                 while True:
@@ -254,6 +255,7 @@ async def served(recorder: PathRecorder) -> AsyncIterator[tuple[int, Any]]:
         finally:
             server.should_exit = True
             await task
+            listening.close()
 
 
 async def trace_turn() -> TurnPath:
