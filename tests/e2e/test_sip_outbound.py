@@ -40,7 +40,9 @@ from voxpipe.engines.whisper_stt import WhisperStt
 pytestmark = pytest.mark.e2e
 
 KEY = "outbound-sip-e2e-key-0123456789abcdef"
-GREETING = "Hello, this is the Voxpipe agent calling about your table for two tonight."
+# Plain words: Whisper tiny hears a made-up name ("Voxpipe") as anything ("box but i age"),
+# and this checks that the greeting is heard, not Whisper's vocabulary.
+GREETING = "Hello, this is the restaurant calling about your table for two tonight."
 QUESTION = "What time is the table booked for?"
 LISTEN_S = 8  # the callee listens to the greeting before it asks
 WAIT_S = 40  # then listens for the answer
