@@ -23,6 +23,8 @@ import numpy as np
 from bench.overlap import BACKCHANNELS, INTERRUPTIONS, LEAD_S, VOICES, _voice
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
 from voxpipe.audio.resample import resample
+from voxpipe.config import TurnConfig
+from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
 
 RATE = 16000
 WINDOW = 512
@@ -40,11 +42,19 @@ def over_the_line(audio: np.ndarray) -> np.ndarray:
 
 
 def opens_at(probs: list[float], threshold: float, windows: int) -> int | None:
-    """The window at which ``windows`` in a row reach ``threshold`` (the detector's rule)."""
-    run = 0
+    """The window at which the session's own turn detector, over a speaking reply with this
+    opening rule, opens speech on ``probs``."""
+    config = TurnConfig(  # a barge-in bar above the turn's opens at the turn's: raise both
+        threshold=max(TurnConfig().threshold, threshold),
+        barge_in_threshold=threshold,
+        barge_in_min_speech_ms=windows * 32,
+    )
+    detector = TurnDetector(config, WINDOW, RATE)
+    detector.over_reply = True
+    silent = np.zeros(WINDOW, np.float32)
     for i, prob in enumerate(probs):
-        run = run + 1 if prob >= threshold else 0
-        if run >= windows:
+        event = detector.push(silent, prob)
+        if event is not None and event.kind is TurnEventKind.SPEECH_STARTED:
             return i
     return None
 
