@@ -102,3 +102,67 @@ def test_a_cancel_stops_only_its_own_sequence(llm: LlamaLlm) -> None:
         assert answer.strip()
         assert other_usage.finish_reason in ("stop", "length")
     assert llm.batch.active == 0, "a finished or cancelled request stayed in the batch"
+
+
+def _settled(llm: LlamaLlm) -> None:
+    for _ in range(600):
+        if llm.batch.active == 0:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("a warm never left the batch")
+
+
+def test_words_warmed_while_the_caller_speaks_leave_the_reply_only_the_rest(
+    llm: LlamaLlm,
+) -> None:
+    """A partial transcript's words go into the call's KV ahead of the turn's end: the
+    reply then evaluates only what the final words add, and answers as a cold one does."""
+
+    def history(name: str) -> list[ChatMessage]:  # another name: no prefix shared past it
+        return [SYSTEM, ChatMessage("user", f"Hi, this is {name} calling about the museum."),
+                ChatMessage("assistant", f"Hello {name}, how can I help you today?")]  # fmt: skip
+
+    final = "What time does the museum open on Sunday morning, and is there parking nearby?"
+    partial = "What time does the museum open on Sunday morning."  # Whisper's stop at a pause
+    out: dict[str, object] = {}
+    _turn(llm, "cold-caller", [*history("Dana"), ChatMessage("user", final)], out)
+    _settled(llm)
+
+    warm_history = history("Erik")
+    assert llm.warm("warm-caller", [*warm_history, ChatMessage("user", partial)], CancelToken())
+    _settled(llm)
+    _turn(llm, "warm-caller", [*warm_history, ChatMessage("user", final)], out)
+
+    cold_text, cold = out["cold-caller"]  # type: ignore[misc]
+    warm_text, warm = out["warm-caller"]  # type: ignore[misc]
+    spoken = len(llm.prompt.tokens([*warm_history, ChatMessage("user", partial)])[0]) - 6
+    assert warm.reused_tokens >= spoken, (warm.reused_tokens, spoken)
+    assert warm.prefill_tokens <= 16 < cold.prefill_tokens, (warm, cold)
+    assert warm_text.strip() and cold_text.strip()
+    words = set(warm_text.lower().split()) & set(cold_text.lower().split())
+    assert len(words) >= 3, (warm_text, cold_text)  # the same question answered
+
+
+def test_a_reply_takes_over_its_own_warm_and_a_warm_gives_way(llm: LlamaLlm) -> None:
+    """The reply that arrives while its call's warm is still going in ends the warm and
+    keeps what it evaluated; a warm sent while the call's reply runs is dropped."""
+    story = [STORY, ChatMessage("user", "Tell me a long story about a lighthouse keeper " * 6)]
+    assert llm.warm("busy-caller", story, CancelToken())
+    out: dict[str, object] = {}
+    _turn(llm, "busy-caller", [*story[:1], ChatMessage("user", "Say hello.")], out)
+    text, usage = out["busy-caller"]  # type: ignore[misc]
+    assert text.strip() and usage.finish_reason in ("stop", "length")
+
+    cancel = CancelToken()
+    reply = threading.Thread(target=_turn, args=(llm, "busy-caller", story, out, cancel, 8))
+    reply.start()
+    for _ in range(500):
+        if llm.batch.active:
+            break
+        threading.Event().wait(0.01)
+    assert llm.warm("busy-caller", [SYSTEM, ChatMessage("user", "Something else.")], cancel)
+    reply.join(120)
+    _settled(llm)
+    assert all(s.owner != "busy-caller" or not s.busy for s in llm.batch.slots.all)
+    owned = [s for s in llm.batch.slots.all if s.owner == "busy-caller"]
+    assert len(owned) == 1, "the warm took a second sequence beside its call's reply"

@@ -179,6 +179,19 @@ class LlmConfig(BaseModel):
     late_max_tokens: int = Field(
         30, ge=1, description="Embedded model: the token cap of a late reply."
     )
+    warm_while_speaking: bool = Field(
+        True,
+        description="Embedded model, replies without tools: each partial transcript "
+        "(stt.partial_interval_ms) evaluates the conversation and the caller's words so far "
+        "into the call's KV sequence, after all other work, so the reply evaluates only "
+        "what the final words add once the turn ends.",
+    )
+    warm_chunk: int = Field(
+        16,
+        ge=1,
+        description="Embedded model: most tokens of the caller's words warmed in one batch "
+        "step (a step cannot be stopped, and a turn that ends during one waits for it).",
+    )
     max_tokens: int = Field(80, ge=1, le=2048, description="Longest reply, in tokens.")
     temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature.")
     top_p: float = Field(0.9, gt=0.0, le=1.0, description="Nucleus sampling mass.")

@@ -6,7 +6,8 @@ client can show the words as they are said. A partial never delays an answer:
 one starts only while the caller is audibly speaking (not in a pause, when the
 end of the turn and its final transcript may be near) and only when the STT
 engine is idle, and at most one runs at a time. The final transcript is still
-made from the whole turn at its end, so partials cost no accuracy.
+made from the whole turn at its end, so partials cost no accuracy. Each partial's words
+are also warmed into the call's KV (``prompt_warming.py``), so the reply starts sooner.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from voxpipe.conversation.events import Event, TranscriptPartial
+from voxpipe.conversation.history import History
+from voxpipe.conversation.prompt_warming import PromptWarming
 from voxpipe.conversation.services import Services
+from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.runner import EngineBusy, JobClock
 
@@ -40,9 +44,17 @@ class PartialStats:
 
 
 class PartialTranscripts:
-    def __init__(self, services: Services, send_event: Callable[[Event], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        services: Services,
+        send_event: Callable[[Event], Awaitable[None]],
+        history: History,
+        ledger: ToolLedger,
+    ) -> None:
         self.services = services
         self._send_event = send_event
+        self.warming = PromptWarming(session_id, services, history, ledger)
         interval_ms = services.config.stt.partial_interval_ms
         self._interval = interval_ms * STT_SAMPLE_RATE // 1000
         self._task: asyncio.Task[None] | None = None
@@ -89,6 +101,7 @@ class PartialTranscripts:
         if turn_id != self._turn_id or not text:
             return  # the turn ended meanwhile: its final transcript says it better
         self._stats.count += 1
+        self.warming.words_so_far(text)
         if self._stats.first_ms is None:
             self._stats.first_ms = round((time.monotonic_ns() - self._speech_started_ns) / 1e6, 1)
         with contextlib.suppress(Exception):  # the connection may be gone
@@ -98,3 +111,4 @@ class PartialTranscripts:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self.warming.close()

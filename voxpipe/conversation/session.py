@@ -102,11 +102,10 @@ class Session:
         caller: str | None = None,
         flushes: bool = False,
     ) -> None:
-        self.id = session_id
+        self.id, self.services = session_id, services
         self.caller = checked_caller(caller)
         self.record = record or CallRecord(new_call_id(), session_id, owner)
         self.recorder = CallRecorder(services.store, self.record)  # every write to the store
-        self.services = services
         cfg = self.cfg = services.config
         self._send_event = send_event
         self.input_sample_rate, self.output_sample_rate = input_sample_rate, output_sample_rate
@@ -162,7 +161,8 @@ class Session:
         self.keypad = KeypadTurns(
             self.replies, self.commands, self.history, self.recorder, self.counts, self.turn_config
         )
-        self.partials = PartialTranscripts(services, send_event)
+        self.partials = PartialTranscripts(
+            session_id, services, send_event, self.history, self.ledger)  # fmt: skip
         self._reports = ClientReports(services.metrics, self.recorder, self.turns)
         rates = {"input_sample_rate": input_sample_rate, "output_sample_rate": output_sample_rate}
         self.recorder.started({**rates, "turn": self.turn_config.model_dump()})

@@ -302,6 +302,20 @@ class TurnJudgingLlm(Protocol):
         ...
 
 
+@runtime_checkable
+class WarmingLlm(Protocol):
+    """An LLM that can evaluate a call's conversation and the caller's words so far into
+    the call's own KV sequence while the caller is still speaking, so the reply that follows
+    evaluates only what the final words add. The work is speculative: it runs after every
+    other request and gives way to the call's own next one. A remote server keeps no
+    per-call state to warm and is not asked."""
+
+    def warm(self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken) -> bool:
+        """Start the evaluation and return at once (False: nothing to warm). ``messages``
+        end with the caller's words so far (a user message)."""
+        ...
+
+
 @dataclass(frozen=True)
 class LlmRequest:
     """One request to an LLM, as every engine gets it (:meth:`LlmEngine.generate`): the one

@@ -26,10 +26,13 @@ goes into the step. The rules, in order:
    Decodes are listed first phrase first, then by deadline, so a step budget smaller
    than the batch cuts the rest, never a caller still waiting for its first words.
 4. **Prompts are evaluated by deadline, in chunks.** The earliest confirmed prompt first,
-   speculative ones last. While other sequences are generating, a prompt takes at most
-   ``prefill_chunk`` tokens a step, so its prefill joins the running batch without
-   stalling the others for its whole length (continuous batching); with nothing
-   generating it takes the whole step budget.
+   speculative ones last, and a call's words warmed while the caller still speaks
+   (``warming``: nobody waits for it) after those. While other sequences are generating, a
+   prompt takes at most ``prefill_chunk`` tokens a step, so its prefill joins the running
+   batch without stalling the others for its whole length (continuous batching); with
+   nothing generating it takes the whole step budget. A warming prompt always takes at
+   most ``warm_chunk``: a step cannot be stopped once started, and a confirmed turn that
+   arrives during one waits for it to end.
 
 Beyond what the machine holds, a confirmed request that joins its first step more than
 ``late_after_ns`` after it was made is *late*: its reply is capped at ``late_max_tokens``
@@ -62,6 +65,7 @@ class SeqView:
     generated: int = 0  # DECODE: tokens sampled so far
     left_out_ns: int = 0  # how long it has been left out of the steps, in a row
     ahead_ns: int = 0  # how long the caller will take to hear what it has generated
+    warming: bool = False  # the caller's words so far, evaluated ahead: nobody waits for it
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class BatchPolicy:
     speech_lead_ns: int = 4_000_000_000  # a reply this far ahead of the caller's ear pauses
     late_after_ns: int = 600_000_000  # a confirmed request joining this late is late
     late_max_tokens: int = 30  # a late reply's token cap
+    warm_chunk: int = 16  # most tokens of a warming prompt in one step
 
 
 def _in_first_phrase(seq: SeqView, policy: BatchPolicy) -> bool:
@@ -152,10 +157,10 @@ def plan_step(seqs: Sequence[SeqView], policy: BatchPolicy) -> StepPlan:
     prefill: list[tuple[Hashable, int]] = []
     prompts = sorted(
         (s for s in ready if s.phase is Phase.PREFILL and s.prompt_left > 0),
-        key=lambda s: (s.speculative, s.deadline_ns),
+        key=lambda s: (s.warming, s.speculative, s.deadline_ns),
     )
     for seq in prompts:
-        take = min(seq.prompt_left, chunk, budget)
+        take = min(seq.prompt_left, policy.warm_chunk if seq.warming else chunk, budget)
         if take <= 0:
             left_out.append(seq.key)
             continue

@@ -23,22 +23,21 @@ other context) takes the cores between two steps through ``ComputeTurns``
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from voxpipe.engines.base import CancelToken, EngineError, LlmUsage, Urgency
 from voxpipe.engines.batch_plan import BatchPolicy, Phase, SeqView, StepRecord, plan_step
+from voxpipe.engines.batch_request import END, BatchRequest, Failure
 from voxpipe.engines.compute_turns import ComputeTurns
-from voxpipe.engines.llama_slots import SequenceSlots, Slot
+from voxpipe.engines.llama_slots import SequenceSlots
 from voxpipe.engines.llama_state import common_prefix
 from voxpipe.engines.reply_rules import ReplyRules
 from voxpipe.engines.token_sampler import SamplingSettings, TokenSampler
@@ -48,51 +47,12 @@ log = logging.getLogger("voxpipe.engines")
 IDLE_WAIT_S = 0.005  # a step with nothing to run (every sequence gated) waits this long
 
 
-_END = object()
-
-
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-@dataclass(eq=False)
-class _Request:
-    session_id: str
-    prompt: list[int]
-    cancel: CancelToken
-    usage: LlmUsage
-    urgency: Urgency
-    max_tokens: int  # 0: evaluate the prompt only (a prefill)
-    rules: ReplyRules | None
-    sampler: TokenSampler | None
-    # A judgement (:meth:`BatchedLlama.judge`): the tokens whose probability, after the
-    # prompt, is the answer; and the most prompt it may evaluate beyond its cached prefix.
-    targets: tuple[int, ...] | None = None
-    max_prefill: int = 0
-    out: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
-    slot: Slot | None = None
-    phase: Phase = Phase.PREFILL
-    generated: list[int] = field(default_factory=list)
-    next_token: int = -1  # sampled, not yet in the KV
-    gated_since_ns: int = 0
-    left_out_since_ns: int = 0
-    abandoned: bool = False
-    decoder: Any = field(
-        default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
-    )
-
-    @property
-    def evaluated(self) -> int:
-        return len(self.slot.tokens) if self.slot else 0
-
-
 @dataclass(frozen=True)
 class _Entry:
     """One sequence's part of a step: where its KV stood, and the batch index of its last
     token (whose logits it samples from, when ``done``)."""
 
-    request: _Request
+    request: BatchRequest
     kept: int
     row: int
     done: bool
@@ -149,8 +109,9 @@ class BatchedLlama:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._n_vocab = llama.n_vocab()
-        self._incoming: list[_Request] = []
-        self._active: list[_Request] = []
+        self._incoming: list[BatchRequest] = []
+        self._admitting: list[BatchRequest] = []  # taken from incoming, not yet active
+        self._active: list[BatchRequest] = []
         self._cond = threading.Condition()
         self.slots = SequenceSlots(
             self._ctx, self._memory, max_sequences, state_cache_bytes, self._cond
@@ -173,7 +134,7 @@ class BatchedLlama:
         rules: ReplyRules,
     ) -> Iterator[str]:
         """The reply's text deltas as the steps make them; stops once ``cancel`` is set."""
-        request = _Request(
+        request = BatchRequest(
             session_id, prompt, cancel, usage, urgency or Urgency(), max_tokens, rules,
             TokenSampler(self.sampling, self.seed),
         )  # fmt: skip
@@ -184,9 +145,23 @@ class BatchedLlama:
     ) -> None:
         """Evaluate ``prompt`` into the session's sequence, so its next turn adds only its own
         tokens; runs as speculative work (after every confirmed turn)."""
-        request = _Request(session_id, prompt, cancel, usage, Urgency(held=True), 0, None, None)
+        request = BatchRequest(session_id, prompt, cancel, usage, Urgency(held=True), 0, None, None)
         for _ in self._results(request):
             pass
+
+    def warm(self, session_id: str, prompt: list[int], cancel: CancelToken) -> None:
+        """Evaluate ``prompt`` (the conversation and the caller's words so far) into the
+        session's sequence in the background; returns at once. It runs after all other
+        work, a few tokens a step, and gives way to the session's next request."""
+        request = BatchRequest(
+            session_id, prompt, cancel, LlmUsage(), Urgency(held=True), 0, None, None,
+            warming=True,
+        )  # fmt: skip
+        with self._cond:
+            if self._closed:
+                return
+            self._incoming.append(request)
+            self._cond.notify()
 
     def judge(
         self,
@@ -202,7 +177,7 @@ class BatchedLlama:
         the session's own sequence, where ``prompt`` stays (a reply that extends it then
         evaluates only the rest). A judgement is urgent but never costly: it is refused
         (None) when more than ``max_prefill`` of ``prompt`` is not already in a sequence."""
-        request = _Request(
+        request = BatchRequest(
             session_id, prompt, cancel, usage, Urgency(), 0, None, None, tuple(targets),
             max_prefill,
         )  # fmt: skip
@@ -211,7 +186,7 @@ class BatchedLlama:
             answer = float(item)
         return answer
 
-    def _results(self, request: _Request) -> Iterator[str]:
+    def _results(self, request: BatchRequest) -> Iterator[str]:
         with self._cond:
             if self._closed:
                 raise EngineError("the LLM is closed")
@@ -220,9 +195,9 @@ class BatchedLlama:
         try:
             while True:
                 item = request.out.get()
-                if item is _END:
+                if item is END:
                     return
-                if isinstance(item, _Failure):
+                if isinstance(item, Failure):
                     raise item.error
                 yield str(item)
         finally:
@@ -247,7 +222,9 @@ class BatchedLlama:
 
     @property
     def active(self) -> int:
-        return len(self._active)
+        """Requests in the batch or waiting to join it."""
+        with self._cond:
+            return len(self._active) + len(self._incoming) + len(self._admitting)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -258,7 +235,7 @@ class BatchedLlama:
                     self._cond.wait()
                 if self._closed:
                     for request in [*self._incoming, *self._active]:
-                        request.out.put(_Failure(EngineError("the LLM is closing")))
+                        request.out.put(Failure(EngineError("the LLM is closing")))
                     return
             try:
                 with self._turns.step():
@@ -274,20 +251,24 @@ class BatchedLlama:
     def _step(self) -> bool:
         with self._cond:
             incoming, self._incoming = self._incoming, []
+            self._admitting = incoming
         for request in incoming:
+            if not self._supersede(request):
+                continue
             try:
                 self._admit(request)
             except Exception as refusal:  # its caller hears of it; the others go on
                 log.exception("llm batch: a request could not be admitted")
                 if request.slot is not None:
                     request.slot.busy = False
-                request.out.put(_Failure(refusal))
+                request.out.put(Failure(refusal))
+        self._admitting = []
         for request in list(self._active):
             if request.abandoned or request.cancel.cancelled:
                 self._finish(request, "cancelled")
         now = time.monotonic_ns()
-        views: dict[Hashable, tuple[_Request, SeqView]] = {
-            id(r): (r, self._view(r, now)) for r in self._active
+        views: dict[Hashable, tuple[BatchRequest, SeqView]] = {
+            id(r): (r, r.view(now)) for r in self._active
         }
         plan = plan_step([view for _, view in views.values()], self.policy)
         for key in plan.waiting:
@@ -338,6 +319,20 @@ class BatchedLlama:
             self._sample(request, entry.row)
         return True
 
+    def _supersede(self, request: BatchRequest) -> bool:
+        """A session's new request ends its own speculative prefills (the new prompt holds
+        what they were evaluating, and the sequence is the session's one); a warming
+        request gives way to any other of its session. False: ``request`` is dropped."""
+        mine = [r for r in self._active if r.session_id == request.session_id]
+        for older in mine:
+            if older.speculative_prefill:
+                self._finish(older, "superseded")
+        if request.warming and any(r in self._active for r in mine):
+            request.usage.finish_reason = "superseded"
+            request.out.put(END)
+            return False
+        return True
+
     def _fit_threads(self) -> None:
         """Run the step on the cores the other engines leave free. llama.cpp's threads meet
         at a barrier after every operation, so one of them preempted by Piper or Whisper
@@ -348,28 +343,7 @@ class BatchedLlama:
             self._cpp.llama_set_n_threads(self._ctx, threads, threads)
             self._threads_now = threads
 
-    def _view(self, request: _Request, now_ns: int) -> SeqView:
-        urgency = request.urgency
-        gate = urgency.gate
-        gated = gate is not None and not gate.is_set()
-        if gated:
-            request.gated_since_ns = request.gated_since_ns or now_ns
-            gated = now_ns - request.gated_since_ns < urgency.max_hold_ns
-        else:
-            request.gated_since_ns = 0
-        return SeqView(
-            id(request),
-            request.phase,
-            urgency.deadline_ns,
-            urgency.held,
-            gated,
-            len(request.prompt) - request.evaluated,
-            len(request.generated),
-            now_ns - request.left_out_since_ns if request.left_out_since_ns else 0,
-            max(0, urgency.heard_by_ns - now_ns),
-        )
-
-    def _put(self, n: int, request: _Request, tokens: Sequence[int], logits: bool) -> int:
+    def _put(self, n: int, request: BatchRequest, tokens: Sequence[int], logits: bool) -> int:
         """Append ``tokens`` of ``request``'s sequence to the batch at index ``n``."""
         batch, slot = self._batch, request.slot
         assert slot is not None
@@ -386,7 +360,7 @@ class BatchedLlama:
             self._joined(request)
         return n
 
-    def _joined(self, request: _Request) -> None:
+    def _joined(self, request: BatchRequest) -> None:
         urgency, policy = request.urgency, self.policy
         urgency.joined_ns = time.monotonic_ns()
         waited = urgency.joined_ns - urgency.deadline_ns
@@ -401,7 +375,7 @@ class BatchedLlama:
             del slot.tokens[entry.kept :]
             self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, entry.kept, -1)
 
-    def _sample(self, request: _Request, row: int) -> None:
+    def _sample(self, request: BatchRequest, row: int) -> None:
         pointer = self._cpp.llama_get_logits_ith(self._ctx, row)
         logits = np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
         assert request.rules is not None and request.sampler is not None
@@ -415,7 +389,7 @@ class BatchedLlama:
         weights = np.exp(logits - logits.max())
         return float(weights[list(targets)].sum() / weights.sum())
 
-    def _take(self, request: _Request, token: int) -> None:
+    def _take(self, request: BatchRequest, token: int) -> None:
         usage = request.usage
         if request.cancel.cancelled or request.abandoned:
             self._finish(request, "cancelled")
@@ -434,7 +408,9 @@ class BatchedLlama:
         if usage.completion_tokens >= request.max_tokens:
             self._finish(request, "length")
 
-    def _finish(self, request: _Request, reason: str, error: BaseException | None = None) -> None:
+    def _finish(
+        self, request: BatchRequest, reason: str, error: BaseException | None = None
+    ) -> None:
         if request not in self._active:
             return
         self._active.remove(request)
@@ -445,7 +421,7 @@ class BatchedLlama:
         if request.slot is not None:
             request.slot.busy = False
             request.slot.last_used_ns = time.monotonic_ns()
-        request.out.put(_END if error is None else _Failure(error))
+        request.out.put(END if error is None else Failure(error))
 
     def _fail_all(self, error: BaseException) -> None:
         for request in list(self._active):
@@ -453,20 +429,20 @@ class BatchedLlama:
 
     # -- slots and the KV each keeps -----------------------------------------------------------
 
-    def _admit(self, request: _Request) -> None:
+    def _admit(self, request: BatchRequest) -> None:
         """Give ``request`` a slot holding as much of its prompt as can be had."""
         warm_for = self.slots.warm_for
         if request.targets is not None and not warm_for(
             request.session_id, request.prompt, request.max_prefill
         ):
             request.usage.finish_reason = "cold"
-            request.out.put(_END)
+            request.out.put(END)
             return
         try:
             judging = request.targets is not None
             slot, restored = self.slots.claim(request.session_id, request.prompt, judging)
         except EngineError as error:
-            request.out.put(_Failure(error))
+            request.out.put(Failure(error))
             return
         slot.busy = True
         request.slot = slot  # from here a failure gives it back (_step)

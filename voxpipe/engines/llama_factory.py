@@ -63,6 +63,7 @@ class LlamaFactory:
                 speech_lead_ns=llm.speech_lead_ms * 1_000_000,
                 late_after_ns=llm.late_after_ms * 1_000_000,
                 late_max_tokens=llm.late_max_tokens,
+                warm_chunk=llm.warm_chunk,
             ),
         )
 

@@ -176,6 +176,17 @@ class LlamaLlm(LlmEngine):
             session_id, tokens[:cut], targets, cancel, LlmUsage(), max_prefill=JUDGE_MAX_PREFILL
         )
 
+    def warm(self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken) -> bool:
+        """:class:`~voxpipe.engines.base.WarmingLlm`: the conversation and the caller's words
+        so far into the call's batch sequence, up to the words' last token (the message's
+        close, and whatever the caller says next, are not known yet)."""
+        tokens, _ = self.prompt.tokens(messages, add_header=False)
+        ends = np.flatnonzero(np.isin(np.asarray(tokens, dtype=np.intc), self._end_ids))
+        if not len(ends):
+            return False
+        self.batch.warm(session_id, tokens[: int(ends[-1])], cancel)
+        return True
+
     @functools.cached_property
     def _sentence_stops(self) -> tuple[int, ...]:
         """The tokens of ".", "?" and "!" alone (those the vocabulary has as one token)."""

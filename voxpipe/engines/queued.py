@@ -34,6 +34,7 @@ from voxpipe.engines.base import (
     Urgency,
     VadEngine,
     VadStream,
+    WarmingLlm,
 )
 from voxpipe.engines.runner import EngineRunner, JobClock
 from voxpipe.engines.stt_batch import BatchingStt, SttBatch
@@ -215,6 +216,17 @@ class QueuedLlm(Queued[LlmEngine]):
         return await self.runner.call(
             lambda: engine.prefill(session_id, messages, cancel, tools=tools), clock
         )
+
+    async def warm(
+        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+    ) -> bool:
+        """:meth:`WarmingLlm.warm`: the caller's words so far into the call's KV, in the
+        background. Not for an engine that keeps no per-call state, nor while every runner
+        thread is taken: warming is never worth a wait."""
+        engine = self.engine
+        if not isinstance(engine, WarmingLlm) or not self.runner.has_free_worker:
+            return False
+        return await self.runner.call(lambda: engine.warm(session_id, messages, cancel))
 
     async def turn_ends(
         self, session_id: str, messages: Sequence[ChatMessage], clock: JobClock | None = None

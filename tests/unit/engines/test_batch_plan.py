@@ -142,3 +142,24 @@ def test_with_a_width_of_one_the_earliest_first_phrase_runs_alone() -> None:
     plan = plan_step(seqs, policy)
     assert plan.prefill == (("third", 25),)
     assert plan.decode == ()
+
+
+def test_warming_words_go_in_last_and_a_few_tokens_a_step() -> None:
+    seqs = [
+        prompt("words-so-far", 1, left=40, speculative=True, warming=True),
+        prompt("pause", 5, left=40, speculative=True),
+    ]
+    plan = plan_step(seqs, POLICY)
+    assert plan.prefill == (("pause", 40), ("words-so-far", 16))
+    alone = plan_step([prompt("words-so-far", 1, left=40, speculative=True, warming=True)], POLICY)
+    assert alone.prefill == (("words-so-far", 16),)  # never the whole step: it cannot be stopped
+
+
+def test_warming_words_wait_while_a_confirmed_first_phrase_is_written() -> None:
+    seqs = [
+        decoding("answering", 3, generated=2),
+        prompt("words-so-far", 1, left=40, speculative=True, warming=True),
+    ]
+    plan = plan_step(seqs, POLICY)
+    assert plan.decode == ("answering",) and plan.prefill == ()
+    assert "words-so-far" in plan.waiting
