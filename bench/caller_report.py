@@ -57,6 +57,7 @@ def caller_summary(rows: Sequence[dict[str, Any]], silence_ms: int) -> dict[str,
         "fillers_per_100_turns": per_100(fillers, len(rows)),
         "answer_ms": spread(answers),
         "answer_after_silence_ms": spread(a - silence_ms for a in answers),
+        "stall_ms": spread(r.get("stall_ms") for r in rows if r["outcome"] == ANSWERED),
         "filler_ms": spread(r["filler_ms"] for r in rows),
         "server_first_audio_ms": spread(
             r["server_first_audio_ms"] for r in rows if r["answer_ms"] is not None

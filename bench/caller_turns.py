@@ -178,6 +178,17 @@ def played_until_ns(frames: Iterable[ReplyFrame], from_ns: int = 0) -> int:
     return end
 
 
+def longest_stall_ms(frames: Sequence[ReplyFrame]) -> float:
+    """The longest silence a caller playing ``frames`` as they come heard inside them
+    because the next frame had not arrived yet (the server had nothing to send): a reply
+    broken up, not a pause the voice made."""
+    longest, end = 0, frames[0].at_ns if frames else 0
+    for f in frames:
+        longest = max(longest, f.at_ns - end)
+        end = max(end, f.at_ns) + f.duration_ns
+    return round(longest / 1e6, 1)
+
+
 def first_voiced_ns(frames: Iterable[ReplyFrame]) -> int | None:
     return next((f.at_ns for f in frames if f.voiced), None)
 
@@ -216,6 +227,7 @@ def heard_turn(
         "reply": "" if record is None else record.get("reply", ""),
         "filler": bool(record and record.get("filler")),
         "answer_ms": None,
+        "stall_ms": None,
         "filler_ms": None,
         "server_first_audio_ms": None,
         "outcome": FAILED,
@@ -234,9 +246,12 @@ def heard_turn(
     answer = [] if start is None else list(frames[start:])
     first_answer = first_voiced_ns(answer)
     first_filler = first_voiced_ns(filler)
+    talked = sentence.next_start_ns
     row["answer_ms"] = _ms(first_answer, sentence.end_ns)
     row["filler_ms"] = _ms(first_filler, sentence.end_ns)
-    talked = sentence.next_start_ns
+    if answer:
+        heard = answer if talked is None else [f for f in answer if f.at_ns < talked]
+        row["stall_ms"] = longest_stall_ms(heard)
     expected = bool(record.get("generated") or record.get("reply")) or record.get("status") in (
         "interrupted",
         "cancelled",

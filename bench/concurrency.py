@@ -6,7 +6,8 @@ frames at real-time pace) call at once, each starting ``--stagger-s`` after the 
 each saying ``--turns`` sentences of real speech (long read sentences and short answers in
 turn, each caller from another place in the lists) like a person (:class:`bench.person.Person`:
 it talks into 1.5 s of quiet). Measured at the caller: first answer audio from the caller's
-last sound, the filler apart (off here), answers talked over, turns never answered. From the
+last sound, the filler apart (off here), answers talked over, turns never answered, and the
+longest silence inside each answer where the next audio had not arrived yet. From the
 server's turn records: each stage's queue wait apart from its compute, and, per turn, where
 its wait went (the stage whose queue held it longest). Report: ``bench-results/
 concurrency.{json,md}``.
@@ -88,15 +89,18 @@ def waits(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def render(levels: list[dict[str, Any]], header: str) -> str:
     lines = [header, "", "First answer audio at the caller, from its last sound (filler off):", "",
              "| callers | refused at connect | turns | answered | unanswered | talked over | p50 | "
-             "p95 | p99 | max |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "p95 | p99 | max | longest stall in an answer p50 / p99 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for level in levels:
         s, a = level["summary"], level["summary"]["answer_ms"]
+        st = s.get("stall_ms", {})
         unanswered = s["turns"] - s["answered"] - s["interrupted"]
         refused = len(level["failures"])
         lines.append(f"| {level['callers']} | {refused} | {s['turns']} | {s['answered']} | "
                      f"{unanswered} | "
                      f"{s['interrupted']} | {a.get('p50')} ms | {a.get('p95')} ms | "
-                     f"{a.get('p99')} ms | {a.get('max')} ms |")  # fmt: skip
+                     f"{a.get('p99')} ms | {a.get('max')} ms | "
+                     f"{st.get('p50')} / {st.get('p99')} ms |")  # fmt: skip
     lines += ["", "Queue wait (p50 / p99) apart from compute (p50 / p99), per stage, and where "
               "each turn waited longest (more than 50 ms):", "",
               "| callers | stage | queue p50 | queue p99 | compute p50 | compute p99 |",

@@ -224,17 +224,25 @@ class ChunkerConfig(BaseModel):
         8, ge=1, description="The first clause may end at a comma once it has this many chars."
     )
     first_phrase_max_words: int = Field(
-        5,
+        3,
         ge=0,
         description="The first chunk (what the caller waits for) ends after this many words "
         "at most, so a long sentence with no comma is not spoken only once it is whole; "
         "0 = the first chunk is a clause like the others.",
     )
     first_phrase_min_words: int = Field(
-        3,
+        2,
         ge=1,
         description="The first chunk may end before a word that starts a phrase (and, with, "
         "to, because, ...) once this many words precede it.",
+    )
+    second_phrase_max_words: int = Field(
+        8,
+        ge=0,
+        description="The second chunk ends after this many words at most (or at a comma, or "
+        "before a phrase-starting word, as the first): it is written and synthesized while "
+        "the first plays, and a whole clause can outlast a short first phrase; 0 = the "
+        "second chunk is a clause like the later ones.",
     )
     late_first_phrase_words: int = Field(
         3,

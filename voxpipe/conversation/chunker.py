@@ -4,8 +4,11 @@ The caller waits for the first chunk, so it is a *phrase*: released at the
 first comma-like boundary once it is a few characters long, or before a word
 that starts a new phrase (a conjunction or preposition) once a few words are
 complete, or after a few words at most. A long sentence with no comma then no
-longer holds the first audio back until it ends. Later chunks are clauses and
-prefer sentence ends, which sound better; by then the caller is listening.
+longer holds the first audio back until it ends. The second chunk is cut by the
+same rules with a larger bound (``second_phrase_max_words``): it must be written
+and synthesized while the first plays, and a short first phrase is soon over.
+Later chunks are clauses and prefer sentence ends, which sound better; by then
+the caller is listening with audio queued.
 """
 
 from __future__ import annotations
@@ -61,11 +64,12 @@ class ClauseChunker:
         text arrived (token by token or in one piece)."""
         buf = self._buffer
         limit = self.cfg.max_chars
-        min_clause = self.cfg.min_first_chars if self._emitted == 0 else self.cfg.min_chars
+        phrase_words = self._phrase_words()
+        min_clause = self.cfg.min_first_chars if phrase_words else self.cfg.min_chars
         ends = [m.end() for m in _SENTENCE_END.finditer(buf) if m.end() >= self.cfg.min_first_chars]
         ends += [m.end() for m in _CLAUSE_END.finditer(buf) if m.end() >= min_clause]
         ends = [e for e in ends if e <= limit]
-        if self._emitted == 0 and (phrase := self._first_phrase_end(buf)) is not None:
+        if phrase_words and (phrase := self._phrase_end(buf, phrase_words)) is not None:
             ends.append(phrase)
         cut = min(ends) if ends else None
         if cut is None and len(buf) > limit:
@@ -79,13 +83,17 @@ class ClauseChunker:
         self._emitted += 1
         return clause
 
-    def _first_phrase_end(self, buf: str) -> int | None:
-        """Where the first phrase may end: before a phrase-starting word once
-        ``first_phrase_min_words`` words precede it, or after ``first_phrase_max_words``
-        complete words; None while neither has happened (or the phrase rule is off)."""
-        most, least = self._first_phrase_words, self.cfg.first_phrase_min_words
-        if most <= 0:
-            return None
+    def _phrase_words(self) -> int:
+        """The most words of the next chunk, if it is a phrase (the first two); 0: a clause."""
+        if self._emitted == 0:
+            return self._first_phrase_words
+        return self.cfg.second_phrase_max_words if self._emitted == 1 else 0
+
+    def _phrase_end(self, buf: str, most: int) -> int | None:
+        """Where a phrase may end: before a phrase-starting word once
+        ``first_phrase_min_words`` words precede it, or after ``most`` complete words;
+        None while neither has happened."""
+        least = self.cfg.first_phrase_min_words
         for i, word in enumerate(_WORD.finditer(buf)):
             bare = word.group().strip("\"'()[],.;:!?…").lower()
             if i >= least and bare in PHRASE_STARTS:

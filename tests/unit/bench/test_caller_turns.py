@@ -301,3 +301,15 @@ def test_recorded_fillers_split_the_same_by_count_and_by_time() -> None:
         assert not any(f.voiced for f in frames[35:41]), "the filler ends in its padding"
     learned = filler_frames_of([(f, r[-1]) for _, f, r in filler_turns])
     assert learned == 41
+
+
+def test_the_longest_stall_is_silence_the_audio_did_not_hold() -> None:
+    from bench.caller_turns import ReplyFrame, longest_stall_ms
+
+    ms = 1_000_000
+    burst = [ReplyFrame(0, 20 * ms, True) for _ in range(10)]  # 200 ms sent ahead at once
+    on_time = [ReplyFrame((200 + 20 * i) * ms, 20 * ms, True) for i in range(5)]
+    late = [ReplyFrame(550 * ms, 20 * ms, True)]  # 250 ms after the audio ran out at 300
+    assert longest_stall_ms(burst + on_time) == 0
+    assert longest_stall_ms(burst + on_time + late) == 250.0
+    assert longest_stall_ms([]) == 0

@@ -11,7 +11,9 @@ import pytest
 from voxpipe.config import ChunkerConfig
 from voxpipe.conversation.chunker import ClauseChunker, clean_for_speech
 
-CFG = ChunkerConfig()  # min_first_chars=8, min_chars=40, max_chars=160
+# Five-word first phrases and clauses after them: the rules one at a time. The defaults
+# (three-word first phrase, second phrase of eight words at most) have their own tests below.
+CFG = ChunkerConfig(first_phrase_max_words=5, first_phrase_min_words=3, second_phrase_max_words=0)
 
 
 def stream(deltas: Iterable[str], cfg: ChunkerConfig = CFG) -> list[str]:
@@ -66,7 +68,7 @@ def test_sentence_ends_with_closing_quotes_and_ellipses() -> None:
 
 
 def test_max_chars_forces_a_cut_at_a_space() -> None:
-    cfg = ChunkerConfig(max_chars=20)
+    cfg = CFG.model_copy(update={"max_chars": 20})
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
     clauses = stream(tokens(" ".join(words)), cfg)
     assert clauses[0] == "alpha beta gamma"
@@ -75,7 +77,7 @@ def test_max_chars_forces_a_cut_at_a_space() -> None:
 
 
 def test_max_chars_cuts_a_word_with_no_space_at_all() -> None:
-    cfg = ChunkerConfig(max_chars=20)
+    cfg = CFG.model_copy(update={"max_chars": 20})
     assert stream(["x" * 45], cfg) == ["x" * 20, "x" * 20, "x" * 5]
 
 
@@ -190,7 +192,7 @@ def test_only_the_first_chunk_is_a_phrase() -> None:
 
 
 def test_the_phrase_rule_can_be_turned_off() -> None:
-    cfg = ChunkerConfig(first_phrase_max_words=0)
+    cfg = ChunkerConfig(first_phrase_max_words=0, second_phrase_max_words=0)
     text = "The restaurant opens every morning at nine and closes at ten in the evening."
     assert stream(tokens(text), cfg) == [text]
 
@@ -210,3 +212,36 @@ def test_a_late_reply_cuts_its_first_phrase_short() -> None:
     first = chunker.push(text)[0]
     assert first == "Our kitchen stays"  # late_first_phrase_words, not the usual five
     assert stream(tokens(text))[0] == "Our kitchen stays open"  # before "until"
+
+
+def test_by_default_a_short_first_phrase_and_a_bounded_second() -> None:
+    """The defaults: the caller waits for three words, and the second chunk (written and
+    synthesized while those play) is a phrase of eight words at most, not a whole clause."""
+    cfg = ChunkerConfig()
+    text = "He was not an unwell-disposed young man, which means he had a good chance."
+    assert stream(tokens(text), cfg) == [
+        "He was not",
+        "an unwell-disposed young man,",  # a comma ends it, as it ends a first phrase
+        "which means he had a good chance.",
+    ]
+    long = "The restaurant opens every single morning of the week at nine sharp for breakfast."
+    assert stream(tokens(long), cfg) == [
+        "The restaurant opens",
+        "every single morning",  # before "of": a phrase starts there
+        "of the week at nine sharp for breakfast.",
+    ]
+    unbroken = (
+        "Absolutely wonderful delightful seasonal evening specials tonight include "
+        "risotto pasta salad dessert coffee."
+    )
+    second = stream(tokens(unbroken), cfg)[1]
+    assert len(second.split()) == cfg.second_phrase_max_words
+
+
+def test_the_second_phrase_rule_can_be_turned_off() -> None:
+    cfg = ChunkerConfig(second_phrase_max_words=0)
+    text = "He was not an unwell-disposed young man, which means he had a good chance."
+    assert stream(tokens(text), cfg) == [
+        "He was not",
+        "an unwell-disposed young man, which means he had a good chance.",
+    ]
