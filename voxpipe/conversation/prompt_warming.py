@@ -22,12 +22,10 @@ import logging
 from voxpipe.conversation.history import History
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.tool_ledger import ToolLedger
+from voxpipe.conversation.turn_words import open_words
 from voxpipe.engines.base import CancelToken, ChatMessage
 
 log = logging.getLogger("voxpipe.warming")
-
-# Whisper closes every partial as a sentence; the final words go on past that stop.
-_CLOSING = ".?!,;:… "
 
 
 class PromptWarming:
@@ -41,30 +39,26 @@ class PromptWarming:
         self._history = history
         self._ledger = ledger
         self._enabled = services.config.llm.warm_while_speaking
-        self._cancel = CancelToken()
+        self._cancel = CancelToken()  # the call's: a newer warm ends an older in the engine
         self._task: asyncio.Task[None] | None = None
-        self.warmed = 0  # warms started in this call
 
     def words_so_far(self, words: str) -> None:
         """A partial transcript of the turn in progress: warm the prompt it would make."""
-        words = words.rstrip(_CLOSING)
+        words = open_words(words)  # the final words go on past a partial's stop
         if not self._enabled or not any(ch.isalnum() for ch in words):
             return
         if self._task is not None and not self._task.done():
             return  # the engine has not taken the last one yet: the next partial will do
         if self._ledger.offered():
             return
-        self._cancel.cancel()  # the engine also drops an older warm for a newer one
-        self._cancel = CancelToken()
         messages = self._ledger.prompt([*self._history.messages(), ChatMessage("user", words)])
         self._task = asyncio.get_running_loop().create_task(
-            self._warm(messages, self._cancel), name=f"warm-{self._id}"
+            self._warm(messages), name=f"warm-{self._id}"
         )
 
-    async def _warm(self, messages: list[ChatMessage], cancel: CancelToken) -> None:
+    async def _warm(self, messages: list[ChatMessage]) -> None:
         try:
-            if await self._services.llm.warm(self._id, messages, cancel):
-                self.warmed += 1
+            await self._services.llm.warm(self._id, messages, self._cancel)
         except Exception as error:  # a warm is a head start: the reply evaluates it anyway
             log.warning("session %s: warming the prompt failed: %s", self._id, error)
 

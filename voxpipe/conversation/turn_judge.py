@@ -27,7 +27,7 @@ from voxpipe.config import TurnConfig
 from voxpipe.conversation.overlap_words import no_turn
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.turn_detector import TurnEvent, Verdict
-from voxpipe.conversation.turn_words import ends_unfinished, verdict
+from voxpipe.conversation.turn_words import ends_unfinished, open_words, verdict
 from voxpipe.engines.base import ChatMessage, Transcription
 from voxpipe.engines.runner import JobClock
 
@@ -144,7 +144,7 @@ class TurnJudge:
     ) -> float | None:
         """The LLM's probability that the caller's words end the turn. The words lose the
         stop Whisper puts at every pause: the question is whether one belongs there."""
-        bare = words.rstrip(".?!,;:… ")
+        bare = open_words(words)
         if not any(ch.isalnum() for ch in bare):
             return None
         clock = JobClock()

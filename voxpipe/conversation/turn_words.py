@@ -17,6 +17,12 @@ from voxpipe.config import TurnConfig
 from voxpipe.conversation.turn_detector import Verdict
 
 
+def open_words(text: str) -> str:
+    """A transcript so far without the stop Whisper puts at every pause: whether a stop
+    belongs there, or what follows, is not known yet."""
+    return text.rstrip(".?!,;:… ")
+
+
 def last_word(text: str) -> str:
     """The last word of a transcript, lower-cased, without the punctuation Whisper adds
     ("to..." and "To?" are "to"); apostrophes stay ("I'd")."""

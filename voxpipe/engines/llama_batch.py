@@ -157,11 +157,7 @@ class BatchedLlama:
             session_id, prompt, cancel, LlmUsage(), Urgency(held=True), 0, None, None,
             warming=True,
         )  # fmt: skip
-        with self._cond:
-            if self._closed:
-                return
-            self._incoming.append(request)
-            self._cond.notify()
+        self._enqueue(request)
 
     def judge(
         self,
@@ -186,12 +182,18 @@ class BatchedLlama:
             answer = float(item)
         return answer
 
-    def _results(self, request: BatchRequest) -> Iterator[str]:
+    def _enqueue(self, request: BatchRequest) -> bool:
+        """Hand ``request`` to the loop; False once the LLM is closed."""
         with self._cond:
             if self._closed:
-                raise EngineError("the LLM is closed")
+                return False
             self._incoming.append(request)
             self._cond.notify()
+        return True
+
+    def _results(self, request: BatchRequest) -> Iterator[str]:
+        if not self._enqueue(request):
+            raise EngineError("the LLM is closed")
         try:
             while True:
                 item = request.out.get()

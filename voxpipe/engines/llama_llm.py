@@ -162,12 +162,11 @@ class LlamaLlm(LlmEngine):
         the caller's words is the end of their message or a sentence's final stop, read
         in the batch from the call's own sequence. The template closes the user's message
         with an end-of-turn token; the prompt stops just before it."""
-        tokens, _ = self.prompt.tokens(messages, add_header=False)
-        ends = np.flatnonzero(np.isin(np.asarray(tokens, dtype=np.intc), self._end_ids))
+        closed = self._before_close(messages)
         words = messages[-1].content.strip() if messages and messages[-1].role == "user" else ""
-        if not len(ends) or not words:
+        if closed is None or not words:
             return None
-        cut = int(ends[-1])
+        tokens, cut = closed
         before = self._llm.detokenize(tokens[max(0, cut - 16) : cut]).decode("utf-8", "replace")
         if not before.rstrip().endswith(words[-12:]):
             return None  # the template closes a user's message otherwise ([/INST]): no reading
@@ -180,12 +179,19 @@ class LlamaLlm(LlmEngine):
         """:class:`~voxpipe.engines.base.WarmingLlm`: the conversation and the caller's words
         so far into the call's batch sequence, up to the words' last token (the message's
         close, and whatever the caller says next, are not known yet)."""
+        closed = self._before_close(messages)
+        if closed is None:
+            return False
+        tokens, cut = closed
+        self.batch.warm(session_id, tokens[:cut], cancel)
+        return True
+
+    def _before_close(self, messages: Sequence[ChatMessage]) -> tuple[list[int], int] | None:
+        """The prompt of ``messages`` (no reply header) and where its last message's close
+        begins: the template's last end-of-turn token. None: the template wrote none."""
         tokens, _ = self.prompt.tokens(messages, add_header=False)
         ends = np.flatnonzero(np.isin(np.asarray(tokens, dtype=np.intc), self._end_ids))
-        if not len(ends):
-            return False
-        self.batch.warm(session_id, tokens[: int(ends[-1])], cancel)
-        return True
+        return (tokens, int(ends[-1])) if len(ends) else None
 
     @functools.cached_property
     def _sentence_stops(self) -> tuple[int, ...]:
