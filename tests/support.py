@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,3 +174,18 @@ def assert_spoken(text: str) -> None:
     for pattern, what in _MARKUP_SIGNS:
         found = pattern.search(text)
         assert found is None, f"the spoken reply holds {what} ({found.group()!r}): {text!r}"
+
+
+def free_sip_port() -> int:
+    """A loopback port free for UDP and for TCP at once: a SIP server listens on both, and
+    a port only checked for UDP may be held on TCP (another test's connection)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            port = int(udp.getsockname()[1])
+            with socket.socket() as tcp:
+                try:
+                    tcp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port

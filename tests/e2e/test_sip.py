@@ -34,7 +34,15 @@ import jiwer
 import numpy as np
 import pytest
 
-from tests.support import RunningServer, librivox_clips, normalised, serving, tracebacks, voiced
+from tests.support import (
+    RunningServer,
+    free_sip_port,
+    librivox_clips,
+    normalised,
+    serving,
+    tracebacks,
+    voiced,
+)
 from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, write_wav
 from voxpipe.audio.resample import resample
 from voxpipe.config import Config
@@ -53,24 +61,10 @@ TAIL_S = 3  # silence after the interruption: its turn ends before the caller ha
 VOICED_RMS = 300  # a 20 ms frame of PCM16 louder than this (about -40 dBFS) is not silence
 
 
-def _free_sip_port() -> int:
-    """A port free for both UDP and TCP on loopback (SIP listens on both)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port = int(udp.getsockname()[1])
-            with socket.socket() as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-
-
 @pytest.fixture(scope="module")
 def sip(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, int]]:
     """A server answering SIP on loopback; its SIP port."""
-    port = _free_sip_port()
+    port = free_sip_port()
     env = {
         "VOXPIPE_SIP__ENABLED": "true",
         "VOXPIPE_SIP__HOST": "127.0.0.1",
@@ -98,7 +92,7 @@ def _sipp(
     tmp: Path, port: int, scenario: str, calls: int, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     """SIPp run to its end (exit 0: every call passed its scenario)."""
-    local = _free_sip_port()
+    local = free_sip_port()
     command = [
         "sipp", "-sf", str(SCENARIOS / scenario), f"127.0.0.1:{port}",
         "-m", str(calls), "-r", "10", "-l", "3",

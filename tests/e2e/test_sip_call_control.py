@@ -33,14 +33,13 @@ import pytest
 from bench.sip_vs_twilio import RtpPhone
 from tests.e2e.test_sip import (
     _errors,
-    _free_sip_port,
     _metric,
     _sipp,
     _successful,
     _turn_where,
     _until_no_calls,
 )
-from tests.support import RunningServer, serving, tracebacks, voiced
+from tests.support import RunningServer, free_sip_port, serving, tracebacks, voiced
 from voxpipe.transports.sip.message import (
     Outgoing,
     SipRequest,
@@ -62,7 +61,7 @@ def _sip_env(agent: str) -> dict[str, str]:
         "VOXPIPE_AGENT": agent,
         "VOXPIPE_SIP__ENABLED": "true",
         "VOXPIPE_SIP__HOST": "127.0.0.1",
-        "VOXPIPE_SIP__PORT": str(_free_sip_port()),
+        "VOXPIPE_SIP__PORT": str(free_sip_port()),
     }
 
 

@@ -19,13 +19,12 @@ import pytest
 
 from tests.e2e.test_sip import (
     _errors,
-    _free_sip_port,
     _metric,
     _sipp,
     _successful,
     _until_no_calls,
 )
-from tests.support import RunningServer, start_server, stop_server, wait_ready
+from tests.support import RunningServer, free_sip_port, start_server, stop_server, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +38,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[Run
     started = []
     try:
         for name in ("a", "b"):
-            port = _free_sip_port()
+            port = free_sip_port()
             env = {
                 "VOXPIPE_SIP__ENABLED": "true",
                 "VOXPIPE_SIP__HOST": "127.0.0.1",
@@ -62,7 +61,7 @@ def kamailio(
 ) -> Iterator[int]:
     """Kamailio with the shipped configuration, dispatching to the workers; its port."""
     folder = tmp_path_factory.mktemp("kamailio")
-    port = _free_sip_port()
+    port = free_sip_port()
     targets = folder / "dispatcher.list"
     targets.write_text("".join(f"1 sip:127.0.0.1:{p}\n" for _, p in workers))
     config = folder / "kamailio.cfg"

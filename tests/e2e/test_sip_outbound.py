@@ -26,13 +26,12 @@ from tests.e2e.test_sip import (
     RATE,
     Baresip,
     _baresip_config,
-    _free_sip_port,
     _turns,
     _until_no_calls,
     _voiced,
     _wav,
 )
-from tests.support import RunningServer, normalised, serving, tracebacks, voiced
+from tests.support import RunningServer, free_sip_port, normalised, serving, tracebacks, voiced
 from voxpipe.audio.pcm import pcm16_to_float
 from voxpipe.audio.resample import resample
 from voxpipe.engines.base import STT_SAMPLE_RATE
@@ -64,7 +63,7 @@ def dialer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "VOXPIPE_AUTH__API_KEYS": f'["{KEY}"]',
         "VOXPIPE_SIP__ENABLED": "true",
         "VOXPIPE_SIP__HOST": "127.0.0.1",
-        "VOXPIPE_SIP__PORT": str(_free_sip_port()),
+        "VOXPIPE_SIP__PORT": str(free_sip_port()),
         "VOXPIPE_SIP__DIAL_TIMEOUT_S": "20",
     }
     yield from serving(folder, env)
@@ -120,7 +119,7 @@ async def test_baresip_answers_hears_the_greeting_and_an_answer(
     # Where the recording has no more of the callee's question: the answer comes after it,
     # however fast (a fixed offset missed a short answer that came quickly).
     asked_end = LISTEN_S * RATE + asked.shape[0]
-    port = _free_sip_port()
+    port = free_sip_port()
     folder = tmp_path / "baresip"
     _baresip_config(folder, says, tmp_path / "heard")
     _answering(folder, port)
@@ -157,9 +156,12 @@ async def test_baresip_answers_hears_the_greeting_and_an_answer(
     reply_audio = pcm16_to_float(heard[asked_end:].tobytes())
     reply_words = _spelled(whisper.transcribe(resample(reply_audio, RATE, STT_SAMPLE_RATE)).text)
     generated = _spelled(turn["generated"])
-    # A filler ("One moment") may come first, when the answer's first word is late.
+    # A filler ("One moment") may come first, when the answer's first word is late. The
+    # words are compared letter by letter, as the other phone tests do: Whisper tiny on
+    # 8 kHz G.711 gets a short word wrong now and then ("eight pm" as "ap dam", a run here),
+    # which a word-by-word count takes as a different answer.
     heard_words = reply_words.split()
-    closest = min(jiwer.wer(generated, " ".join(heard_words[k:])) for k in range(3))
+    closest = min(jiwer.cer(generated, " ".join(heard_words[k:])) for k in range(3))
     assert heard_words and closest <= 0.3, (reply_words, generated, _timeline(heard))
     assert not tracebacks(dialer.log_path.read_text())
 
@@ -167,7 +169,7 @@ async def test_baresip_answers_hears_the_greeting_and_an_answer(
 async def test_a_callee_that_refuses_is_the_api_s_error(
     dialer: RunningServer, tmp_path: Path
 ) -> None:
-    port = _free_sip_port()
+    port = free_sip_port()
     folder = tmp_path / "baresip"
     silence = _wav(tmp_path / "silence.wav", np.zeros(RATE, np.float32))
     _baresip_config(folder, silence, tmp_path / "heard")

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_sip import _errors, _free_sip_port, _sipp, _successful, _until_no_calls
+from tests.e2e.test_sip import _errors, _sipp, _successful, _until_no_calls
 from tests.e2e.test_sip_kamailio import _until_answering
-from tests.support import serving, tracebacks
+from tests.support import free_sip_port, serving, tracebacks
 from voxpipe.config import SipConfig
 from voxpipe.observability.metrics import Metrics
 from voxpipe.transports.call import CallEnd
@@ -43,7 +43,7 @@ EXPIRES_S = 6  # renewed after 4.8 s; removed at shutdown
 def registrar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     """Kamailio as a registrar on loopback; its port and its log."""
     folder = tmp_path_factory.mktemp("registrar")
-    port = _free_sip_port()
+    port = free_sip_port()
     config = folder / "registrar.cfg"
     config.write_text(
         CONFIG.read_text()
@@ -99,7 +99,7 @@ def test_the_server_registers_gets_calls_renews_and_unregisters(
     env = {
         "VOXPIPE_SIP__ENABLED": "true",
         "VOXPIPE_SIP__HOST": "127.0.0.1",
-        "VOXPIPE_SIP__PORT": str(_free_sip_port()),
+        "VOXPIPE_SIP__PORT": str(free_sip_port()),
         "VOXPIPE_SIP__REGISTRAR": f"sip:127.0.0.1:{port}",
         "VOXPIPE_SIP__USERNAME": USER,
         "VOXPIPE_SIP__PASSWORD": PASSWORD,

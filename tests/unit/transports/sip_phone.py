@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -149,9 +148,3 @@ class SipPhone:
 
     async def rtp_packet(self, timeout_s: float = 5.0) -> rtp.RtpPacket:
         return rtp.parse(await asyncio.wait_for(self._rtp_in.queue.get(), timeout_s))
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import free_sip_port
 from tests.unit.transports.in_process import quiet_config, serving
-from tests.unit.transports.sip_phone import SipPhone, free_udp_port, offer
+from tests.unit.transports.sip_phone import SipPhone, offer
 from tests.unit.transports.test_sip_user_agent import QUIET, calls, engines, until
 from voxpipe.agent import Agent
 from voxpipe.transports.sip import digest
@@ -35,7 +36,7 @@ async def dialing(
 ) -> AsyncIterator[tuple[httpx.AsyncClient, SipPhone]]:
     """The server, and a callee (whose messages go to the server's SIP port); ``trunk``:
     the callee is also the trunk the server registers with (as ``agent``, password ``pw``)."""
-    port = free_udp_port()
+    port = free_sip_port()
     phone = await SipPhone(("127.0.0.1", port)).open()
     if trunk:
         sip |= {"registrar": f"sip:127.0.0.1:{phone.port}", "username": "agent", "password": "pw"}

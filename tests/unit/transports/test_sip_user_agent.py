@@ -16,11 +16,11 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support import metric_value
+from tests.support import free_sip_port, metric_value
 from tests.unit.conversation.tools_support import called
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import quiet_config, serving
-from tests.unit.transports.sip_phone import SipPhone, free_udp_port, offer
+from tests.unit.transports.sip_phone import SipPhone, offer
 from voxpipe.agent import Agent
 from voxpipe.agent.call_control import end_call, transfer_call_to
 from voxpipe.audio.g711 import ulaw_encode
@@ -43,7 +43,7 @@ def engines(llm: FakeLlm | None, heard: str) -> Callable[[Config], Engines]:
 async def sip_server(
     agent: Agent | None = None, llm: FakeLlm | None = None, heard: str = "hello there", **sip: Any
 ) -> AsyncIterator[tuple[tuple[str, int], httpx.AsyncClient]]:
-    port = free_udp_port()
+    port = free_sip_port()
     sections = {name: sip.pop(name) for name in ("server", "limits") if name in sip}
     config = quiet_config(
         sip={"enabled": True, "host": "127.0.0.1", "port": port, "rtp_port_range": (0, 0), **sip},
