@@ -235,14 +235,20 @@ def _voiced(pcm: np.ndarray, rate: int = RATE) -> np.ndarray:
     return voiced
 
 
+def _spoken_turns(server: RunningServer) -> list[dict[str, Any]]:
+    """The turns the server has logged with a caller's transcript (not a greeting), so far."""
+    text = server.turn_log.read_text() if server.turn_log.exists() else ""
+    turns = [t for t in map(json.loads, text.splitlines()) if t.get("transcript")]
+    return sorted(turns, key=lambda t: t["turn_id"])
+
+
 async def _turns(server: RunningServer, count: int) -> list[dict[str, Any]]:
     """The spoken turns of the server's one SIP call with speech, once ``count`` are there."""
     deadline = time.monotonic() + 60
     while True:
-        text = server.turn_log.read_text() if server.turn_log.exists() else ""
-        turns = [t for t in map(json.loads, text.splitlines()) if t.get("transcript")]
+        turns = _spoken_turns(server)
         if len(turns) >= count or time.monotonic() > deadline:
-            return sorted(turns, key=lambda t: t["turn_id"])
+            return turns
         await asyncio.sleep(0.2)
 
 
@@ -299,11 +305,19 @@ class Baresip:
         samples = np.frombuffer(body[: len(body) // (2 * channels) * 2 * channels], "<i2")
         return samples.reshape(-1, channels)[:, 0]
 
-    async def until(self, probe: Callable[[], bool], timeout_s: float, what: str) -> None:
-        """Wait (polling: the recording is a file) until ``probe`` holds."""
+    async def until(
+        self,
+        probe: Callable[[], bool],
+        timeout_s: float,
+        what: str,
+        explain: Callable[[], str] | None = None,
+    ) -> None:
+        """Wait (polling: the recording is a file) until ``probe`` holds. On a timeout,
+        ``explain()`` says why (by default, baresip's last output)."""
         deadline = time.monotonic() + timeout_s
         while not probe():
-            assert time.monotonic() < deadline, f"{what}: {self.said[-2000:]}"
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{what}: {explain() if explain else self.said[-2000:]}")
             await asyncio.sleep(0.1)
 
     async def speak(self, wav: Path) -> None:

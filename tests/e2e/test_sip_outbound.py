@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tests.e2e.test_sip import (
     RATE,
     Baresip,
     _baresip_config,
+    _spoken_turns,
     _turns,
     _until_no_calls,
     _voiced,
@@ -194,26 +194,25 @@ async def test_a_callee_that_refuses_is_the_api_s_error(
 async def _until_answered(callee: Baresip, server: RunningServer, asked_end: int) -> None:
     """Until the server has logged the question's turn and the callee heard audio after
     the question; on a timeout, says what was heard when and what the server logged."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        heard = callee.heard()
-        logged = server.turn_log.exists() and '"transcript"' in server.turn_log.read_text()
-        if logged and _voiced(heard[asked_end:]).sum() * 0.02 >= 0.3:
-            return
-        if time.monotonic() > deadline:
-            log = server.turn_log.read_text() if server.turn_log.exists() else "(no turn log)"
-            raise AssertionError(
-                f"no answer to the question was heard: {_timeline(heard)}, "
-                f"question ends at {asked_end / RATE:.1f} s; turns: {log[-3000:]}; "
-                f"server: {server.log_path.read_text()[-3000:]}"
-            )
-        await asyncio.sleep(0.1)
+
+    def answered() -> bool:
+        heard_after = _voiced(callee.heard()[asked_end:]).sum() * 0.02
+        return bool(_spoken_turns(server)) and heard_after >= 0.3
+
+    def why() -> str:
+        log = server.turn_log.read_text() if server.turn_log.exists() else "(no turn log)"
+        return (
+            f"{_timeline(callee.heard())}, question ends at {asked_end / RATE:.1f} s; "
+            f"turns: {log[-3000:]}; server: {server.log_path.read_text()[-3000:]}"
+        )
+
+    await callee.until(answered, WAIT_S, "no answer to the question was heard", why)
 
 
 def _timeline(pcm: np.ndarray) -> str:
     """What the callee heard, a character per half second: ``#`` voiced, ``.`` not."""
-    voiced = _voiced(pcm)
-    halves = voiced[: voiced.shape[0] // 25 * 25].reshape(-1, 25).mean(axis=1)
+    frames = _voiced(pcm)
+    halves = frames[: frames.shape[0] // 25 * 25].reshape(-1, 25).mean(axis=1)
     return "".join("#" if v > 0.3 else "." for v in halves)
 
 
