@@ -26,7 +26,7 @@ import enum
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import JsonValue
@@ -145,7 +145,8 @@ class Tool(ABC):
     """Which kind of tool: ``python``, ``http`` or ``mcp`` (shown by ``voxpipe agent``)."""
 
     def __init__(self, spec: ToolSpec, policy: ToolPolicy) -> None:
-        self.spec = spec
+        read_only = policy.effect is ToolEffect.READ_ONLY
+        self.spec = replace(spec, read_only=read_only) if spec.read_only != read_only else spec
         self.policy = policy
 
     @property

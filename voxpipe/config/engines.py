@@ -244,6 +244,14 @@ class LlmConfig(BaseModel):
         "Asked alone, the 0.5B model takes read sentences and goodbyes for requests; after "
         "the greeting they score under 0.01 (docs/agents.md). 0 turns the check off.",
     )
+    lookup_router: bool = Field(
+        True,
+        description="Embedded model, with the router and read-only tools (lookups): when "
+        "the floor rules the caller's words out, judge them alone anyway, and keep a call "
+        "to a lookup only if the caller said every argument it wrote. A question a lookup "
+        "answers (opening hours, an order's status) otherwise gets an answer in words, "
+        "made up (docs/agents.md).",
+    )
     tool_temperature: float = Field(
         0.0,
         ge=0.0,

@@ -119,6 +119,10 @@ class ToolSpec:
     parameters: Mapping[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
+    read_only: bool = False
+    """A lookup (the agent's ``effect="read_only"``): calling it changes nothing, so the
+    embedded model's router may call it on a weaker cue, if the caller said its arguments
+    (``llm.lookup_router``). Not part of what the model is shown."""
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):

@@ -51,6 +51,7 @@ class LlamaFactory:
             echo_run=llm.echo_run,
             tool_router=llm.tool_router,
             tool_router_floor=llm.tool_router_floor,
+            lookup_router=llm.lookup_router,
             max_sequences=llm.max_sequences,
             chat_template=llm.chat_template,
             tool_family=llm.tool_family,

@@ -96,6 +96,7 @@ class LlamaLlm(LlmEngine):
         echo_run: int = DEFAULT_ECHO_RUN,
         tool_router: bool = True,
         tool_router_floor: float = 0.01,
+        lookup_router: bool = True,
         max_sequences: int = 4,
         policy: BatchPolicy | None = None,
         chat_template: Path | None = None,
@@ -119,6 +120,7 @@ class LlamaLlm(LlmEngine):
         self.echo_run = echo_run  # reply_rules: 0 lets a reply copy the caller at any length
         self.tool_router = tool_router  # ToolRouter.judged_alone
         self.tool_router_floor = tool_router_floor  # ToolRouter.opening_allows
+        self.lookup_router = lookup_router  # ToolRouter.said_lookup
         self._warmup_system_prompt = warmup_system_prompt
         self._warmup_tools = tuple(warmup_tools)
         self.prompt = LlamaPrompt(
@@ -292,18 +294,22 @@ class LlamaLlm(LlmEngine):
                 usage.extra["tool_call_p"] = p_call = self._tools.call_probability()
                 router = self.router
                 alone = router.alone_prompt(messages, tools) if self.tool_router else None
-                if (
-                    p_call < self._tools.threshold
-                    and alone is not None
-                    and router.opening_allows(
+                if p_call < self._tools.threshold and alone is not None:
+                    if router.opening_allows(
                         messages, tools, tokens, p_call, usage, self.tool_router_floor
-                    )
-                ):
-                    with router.judged_alone(alone):
-                        usage.extra["tool_call_p_alone"] = p_alone = self._tools.call_probability()
-                        if p_alone >= self._tools.threshold:
-                            yield from self._tools.generate_call(alone, tools, cancel, usage)
-                            return
+                    ):
+                        with router.judged_alone(alone):
+                            usage.extra["tool_call_p_alone"] = p_alone = (
+                                self._tools.call_probability()
+                            )
+                            if p_alone >= self._tools.threshold:
+                                yield from self._tools.generate_call(alone, tools, cancel, usage)
+                                return
+                    elif self.lookup_router and (
+                        lookup := router.said_lookup(alone, messages, tools, cancel, usage)
+                    ):
+                        yield from lookup
+                        return
                 call = p_call >= self._tools.threshold
             else:  # "none": words; "required" or a tool's name: a call
                 call = tool_choice != "none"

@@ -8,6 +8,14 @@ written alone too, as the tool evaluation measures it. Asked alone, though, a sm
 may take almost anything for a request (read sentences, a goodbye), so the words are judged
 alone only if, said right after the agent's greeting, they could be one
 (``llm.tool_router_floor``).
+
+Lookups (read-only tools) get one more chance when the floor rules the words out: judged
+alone, the call is written, and kept only if it is to a lookup and the caller said every
+argument it has (``call_grounding.py``, ``llm.lookup_router``). A question a lookup owns
+("what time do you open on Sunday?", "where is my taxi, the name is Brown?") reads to a
+small model after a greeting like small talk, and answered in words its facts are made
+up; a read sentence or a goodbye that the look alone takes for a request names none of the
+call's values.
 """
 
 from __future__ import annotations
@@ -15,10 +23,28 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from voxpipe.engines.base import ChatMessage, LlmUsage, ToolSpec
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    LlmOutput,
+    LlmUsage,
+    ToolCallDelta,
+    ToolCallRequest,
+    ToolSpec,
+)
+from voxpipe.engines.call_grounding import (
+    arguments_said,
+    said_words,
+    values_said,
+    written_so_far,
+)
 from voxpipe.engines.llama_prompt import LlamaPrompt
 from voxpipe.engines.llama_solo import SoloContext
 from voxpipe.engines.llama_tools import LlamaToolCalls
+
+LOOKUP_TRIES = 2
+"""Calls written for a lookup before the reply is left to words: each try leaves out the
+tool the one before wrote with an argument the caller never said."""
 
 
 class ToolRouter:
@@ -83,6 +109,77 @@ class ToolRouter:
         if greeting.role != "assistant" or greeting.tool_calls or not greeting.content.strip():
             return None
         return self.prompt.tokens([*system, greeting, rest[-1]], tools=tools)[0]
+
+    def said_lookup(
+        self,
+        alone: list[int],
+        messages: Sequence[ChatMessage],
+        tools: tuple[ToolSpec, ...],
+        cancel: CancelToken,
+        usage: LlmUsage,
+    ) -> list[LlmOutput] | None:
+        """The call the look alone writes after the ``alone`` prompt, if it is to a
+        read-only tool and the caller's last words hold every argument it wrote; None
+        otherwise (the reply is then in words, as before). A call to a tool that acts is
+        never made on this cue. A lookup written with an argument not said is written once
+        more without that tool (a question about opening hours first written as an
+        availability check with a made-up party). Costs the prefill of the caller's words,
+        and, when the look calls, each call's tokens up to where it goes wrong."""
+        if not any(t.read_only for t in tools):
+            return None
+        said = said_words(messages[-1].content)
+        offered = tools
+        with self.judged_alone(alone):
+            usage.extra["tool_call_p_alone"] = p_alone = self.calls.call_probability()
+            for _ in range(LOOKUP_TRIES):
+                if p_alone < self.calls.threshold or cancel.cancelled:
+                    break
+                items, tool = self._written_lookup(alone, offered, said, cancel, usage)
+                if items is not None:
+                    usage.extra["lookup_said"] = 1
+                    return items
+                if tool is None or not tool.read_only:
+                    break
+                usage.extra["lookup_unsaid"] = usage.extra.get("lookup_unsaid", 0) + 1
+                offered = tuple(t for t in offered if t is not tool)
+                if not any(t.read_only for t in offered):
+                    break
+        usage.extra.pop("tool_call_errors", None)  # the words' reply follows, as if unasked
+        usage.finish_reason = ""
+        return None
+
+    def _written_lookup(
+        self,
+        alone: list[int],
+        offered: tuple[ToolSpec, ...],
+        said: frozenset[str],
+        cancel: CancelToken,
+        usage: LlmUsage,
+    ) -> tuple[list[LlmOutput] | None, ToolSpec | None]:
+        """One call written after ``alone``: its items if it is a lookup the caller said,
+        else None; and the tool it was written for (None: no tool). The writing stops at the
+        name of a tool that acts, or at the first complete value that was not said."""
+        by_name = {t.name: t for t in offered}
+        items: list[LlmOutput] = []
+        arguments = ""
+        writing = self.calls.generate_call(alone, offered, cancel, usage)
+        try:
+            for item in writing:
+                items.append(item)
+                if isinstance(item, ToolCallDelta):
+                    tool = by_name.get(item.name)
+                    arguments += item.arguments_delta
+                    if tool is None or not tool.read_only:
+                        return None, tool
+                    if not values_said(written_so_far(arguments), said):
+                        return None, tool
+        finally:
+            writing.close()
+        call = items[-1] if items and isinstance(items[-1], ToolCallRequest) else None
+        tool = by_name.get(call.name) if call is not None else None
+        if call is None or call.error or tool is None or not tool.read_only:
+            return None, tool
+        return (items if arguments_said(call.arguments, said) else None), tool
 
     @contextlib.contextmanager
     def judged_alone(self, alone: list[int]) -> Iterator[None]:

@@ -1,0 +1,42 @@
+"""A lookup's call is kept only if the caller said its arguments (``call_grounding.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voxpipe.engines.call_grounding import arguments_said, said_words
+
+
+@pytest.mark.parametrize(
+    ("words", "arguments"),
+    [
+        ("Are you open on Tuesdays?", {"day": "tuesday"}),
+        ("Are you open tonight?", {"day": "today"}),
+        ("A table for four at half past seven", {"party_size": 4, "time": "7:30 pm"}),
+        ("Any room for two at eight?", {"party_size": 2.0, "time": "20:00"}),
+        ("Is Doctor Patel free at nine thirty?", {"doctor": "Patel", "time": "09:30"}),
+        ("What's the status of ticket 5821?", {"ticket_number": 5821}),
+        ("From the train station to the airport", {"pickup": "Train Station", "to": "Airport"}),
+        ("My name is Lee.", {"name": "Lee", "doctor": None, "urgent": False}),
+        ("Lunch at noon", {"time": "12 pm"}),
+    ],
+)
+def test_what_the_caller_said_is_said(words: str, arguments: dict[str, object]) -> None:
+    assert arguments_said(arguments, said_words(words))
+
+
+@pytest.mark.parametrize(
+    ("words", "arguments"),
+    [
+        ("Are you open on Monday?", {"date": "today", "time": "12:00 pm", "party_size": 10**15}),
+        ("What day is my appointment? The name is Rossi.", {"day": "today", "doctor": "Rossi"}),
+        ("Okay, goodbye.", {"day": "today"}),
+        ("He was not an ill-disposed young man.", {"name": "man", "day": "friday"}),
+        ("When are you open?", {}),
+        ("When are you open?", {"day": None}),
+        ("Ticket 5821, please.", {"ticket_number": 5812}),
+        ("For six at one", {"party_size": 6, "tags": ["one", "window"]}),
+    ],
+)
+def test_a_value_the_caller_never_said_is_not(words: str, arguments: dict[str, object]) -> None:
+    assert not arguments_said(arguments, said_words(words))
