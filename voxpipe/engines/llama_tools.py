@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -168,7 +168,7 @@ class LlamaToolCalls:
 
     def generate_call(
         self, tokens: list[int], tools: tuple[ToolSpec, ...], cancel: CancelToken, usage: LlmUsage
-    ) -> Iterator[LlmOutput]:
+    ) -> Generator[LlmOutput, None, None]:
         """After the prompt ``tokens``: write the call's fixed start, sample the tool's name
         (the rest of it is written once only one tool's name fits), then the arguments as
         :func:`~voxpipe.engines.qwen_tools.call_steps` lays them out: the fixed text between
