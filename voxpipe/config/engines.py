@@ -252,6 +252,15 @@ class LlmConfig(BaseModel):
         "answers (opening hours, an order's status) otherwise gets an answer in words, "
         "made up (docs/agents.md).",
     )
+    lookup_threshold: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="Embedded model, with the lookup router: the P(call) of the caller's "
+        "words judged alone at which a lookup's call is written (then kept only if every "
+        "argument was said). Lower than tool_threshold: a lookup changes nothing, and the "
+        "check of its arguments stops the calls the caller never asked for.",
+    )
     tool_temperature: float = Field(
         0.0,
         ge=0.0,

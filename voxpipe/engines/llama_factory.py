@@ -52,6 +52,7 @@ class LlamaFactory:
             tool_router=llm.tool_router,
             tool_router_floor=llm.tool_router_floor,
             lookup_router=llm.lookup_router,
+            lookup_threshold=llm.lookup_threshold,
             max_sequences=llm.max_sequences,
             chat_template=llm.chat_template,
             tool_family=llm.tool_family,

@@ -97,6 +97,7 @@ class LlamaLlm(LlmEngine):
         tool_router: bool = True,
         tool_router_floor: float = 0.01,
         lookup_router: bool = True,
+        lookup_threshold: float = 0.3,
         max_sequences: int = 4,
         policy: BatchPolicy | None = None,
         chat_template: Path | None = None,
@@ -121,6 +122,7 @@ class LlamaLlm(LlmEngine):
         self.tool_router = tool_router  # ToolRouter.judged_alone
         self.tool_router_floor = tool_router_floor  # ToolRouter.opening_allows
         self.lookup_router = lookup_router  # ToolRouter.said_lookup
+        self.lookup_threshold = lookup_threshold
         self._warmup_system_prompt = warmup_system_prompt
         self._warmup_tools = tuple(warmup_tools)
         self.prompt = LlamaPrompt(
@@ -306,7 +308,9 @@ class LlamaLlm(LlmEngine):
                                 yield from self._tools.generate_call(alone, tools, cancel, usage)
                                 return
                     elif self.lookup_router and (
-                        lookup := router.said_lookup(alone, messages, tools, cancel, usage)
+                        lookup := router.said_lookup(
+                            alone, messages, tools, cancel, usage, self.lookup_threshold
+                        )
                     ):
                         yield from lookup
                         return

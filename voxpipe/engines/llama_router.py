@@ -117,9 +117,11 @@ class ToolRouter:
         tools: tuple[ToolSpec, ...],
         cancel: CancelToken,
         usage: LlmUsage,
+        threshold: float,
     ) -> list[LlmOutput] | None:
-        """The call the look alone writes after the ``alone`` prompt, if it is to a
-        read-only tool and the caller's last words hold every argument it wrote; None
+        """The call the look alone writes after the ``alone`` prompt (if its P(call)
+        reaches ``threshold``), if it is to a read-only tool and the caller's last words
+        hold every argument it wrote; None
         otherwise (the reply is then in words, as before). A call to a tool that acts is
         never made on this cue. A lookup written with an argument not said is written once
         more without that tool (a question about opening hours first written as an
@@ -132,7 +134,7 @@ class ToolRouter:
         with self.judged_alone(alone):
             usage.extra["tool_call_p_alone"] = p_alone = self.calls.call_probability()
             for _ in range(LOOKUP_TRIES):
-                if p_alone < self.calls.threshold or cancel.cancelled:
+                if p_alone < threshold or cancel.cancelled:
                     break
                 items, tool = self._written_lookup(alone, offered, said, cancel, usage)
                 if items is not None:
