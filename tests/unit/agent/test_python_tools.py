@@ -46,11 +46,22 @@ def test_a_bare_decorator_takes_the_safe_defaults() -> None:
     assert ping.spec.description == "Check the line."
     assert ping.policy.effect is ToolEffect.MUTATING
     assert ping.policy.idempotent is False
+    assert ping.spec.read_only is False
     assert ping.spec.parameters == {
         "type": "object",
         "properties": {},
         "additionalProperties": False,
     }
+
+
+def test_a_read_only_tool_is_a_lookup_to_the_model_router() -> None:
+    @tool(effect="read_only")
+    def hours(day: str) -> str:
+        """When the shop is open on a day."""
+        return "9 to 5"
+
+    assert hours.spec.read_only is True  # llm.lookup_router may call it on a weaker cue
+    assert "read_only" not in str(hours.spec.openai())  # the model is not shown it
 
 
 def test_scalars_literals_enums_optionals_and_lists() -> None:
