@@ -15,6 +15,11 @@ BACKCHANNEL_PHRASES = (
     "fine", "uh yeah", "oh okay", "ah okay", "sounds good", "that's right", "indeed",
 )  # fmt: skip
 
+INTERRUPTION_PHRASES = (
+    "wait", "stop", "hold on", "hang on", "no", "sorry", "excuse me", "pardon", "actually",
+    "one second", "one moment", "just a moment", "just a second",
+)  # fmt: skip
+
 # Words a sentence does not end on: articles, possessives, prepositions that take what
 # follows, conjunctions, the wh-words that open a clause, and hesitations. Closed-class
 # words, chosen from English grammar, not from a test set. Kept out on purpose: "on",
@@ -168,6 +173,13 @@ class TurnConfig(BaseModel):
         description="Acknowledgements a caller says while listening. Speech over a reply "
         "made only of these (one after another) is a backchannel, not a turn; one other "
         "word ('wait', 'no', 'but') makes it a turn.",
+    )
+    interruption_phrases: list[str] = Field(
+        default_factory=lambda: list(INTERRUPTION_PHRASES),
+        max_length=200,
+        description="Speech over a reply shorter than min_interruption_ms only pauses it; its "
+        "words are read at its first silence (64 ms), and if they hold one of these ('Wait, "
+        "stop.', 'No.') it interrupts the reply all the same. Empty: duration alone decides.",
     )
     backchannel_max_words: int = Field(
         4, ge=1, le=20, description="A backchannel has at most this many words."

@@ -4,7 +4,9 @@ Duration alone stops the agent for any 250 ms of voice, and "okay" or "mhm" last
 than that. So a barge-in is decided fast, by duration (the caller must not talk over the
 agent for long), and judged again by its words at the end of the overlap: speech with no
 words (a cough, a door) or only acknowledgements ("mhm", "yeah, okay", "I see") was not a
-turn, and the reply goes on from the sentence the caller was cut off in.
+turn, and the reply goes on from the sentence the caller was cut off in. The other way
+round, speech too short to stop the agent by duration ("Wait, stop." can be) stops it by
+its words when they ask for the floor (:func:`asks_for_the_floor`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,19 @@ def is_acknowledgement(transcript: str, phrases: list[str], max_words: int) -> b
             return False
         at += len(match)
     return True
+
+
+def asks_for_the_floor(transcript: str, phrases: list[str]) -> bool:
+    """True when ``transcript`` holds one of ``phrases`` as whole words ("Wait, stop."
+    holds "wait"; "awaiting" does not)."""
+    words = words_of(transcript)
+    for phrase in phrases:
+        wanted = words_of(phrase)
+        if wanted and any(
+            words[at : at + len(wanted)] == wanted for at in range(len(words) - len(wanted) + 1)
+        ):
+            return True
+    return False
 
 
 def no_turn(transcript: str, over: str, phrases: list[str], max_words: int) -> bool:

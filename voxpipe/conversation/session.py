@@ -284,6 +284,18 @@ class Session:
             if no_turn:  # a backchannel or a sound: the reply goes on sooner
                 detector.judged(Verdict.NO_TURN)
                 return
+        elif event.audio is not None and cfg.interruption_phrases and self._turns.short_overlap():
+            # Too short to interrupt the reply: its words may ask for the floor ("Wait, stop.").
+            floor, check = await self._turn_judge.short_overlap(
+                event, detector.as_ended(event.audio), cfg
+            )
+            if detector is not self._detector:
+                return  # the turn was reset meanwhile
+            self._checks.append(check)
+            if floor and self._turns.short_overlap():
+                reply = self._turns.interrupted_by_words()
+                assert reply is not None  # short_overlap: a reply is speaking
+                await self.replies.interrupt(reply)
         if not detector.smart:
             return  # the fixed silence ends the turn
         if self.services.turn_model is None or event.audio is None:
@@ -323,6 +335,7 @@ class Session:
             now = time.monotonic_ns()
             # event.sample starts the first speech window: when did that window arrive?
             over.barge_in = BargeIn(self._arrivals.of(event.sample + 1))
+            self._detector.check_overlap = bool(self.turn_config.interruption_phrases)
             await over.pause(now, self._flush_on_pause())
         next_turn = self.replies.last_turn_id + 1
         self.partials.speech_started(next_turn, self._arrivals.of(event.sample + 1))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from voxpipe.config import TurnConfig
-from voxpipe.conversation.overlap_words import no_turn
+from voxpipe.conversation.overlap_words import asks_for_the_floor, no_turn
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.turn_detector import TurnEvent, Verdict
 from voxpipe.conversation.turn_words import ends_unfinished, open_words, verdict
@@ -120,6 +120,24 @@ class TurnJudge:
         if said:
             self.counts["overlaps_ended_by_words"] += 1
         return said, {**check, "no_turn": said}
+
+    async def short_overlap(
+        self, event: TurnEvent, stt_audio: np.ndarray, cfg: TurnConfig
+    ) -> tuple[bool, dict[str, Any]]:
+        """Whether the speech of ``event`` (an ``END_CANDIDATE`` of speech over a reply, too
+        short to interrupt it by duration) asks for the floor in words
+        (:func:`asks_for_the_floor`), and its record. False when the words do not come in
+        time: the duration decides, as before."""
+        check: dict[str, Any] = {"overlap": True, "short": True}
+        try:
+            heard = await asyncio.wait_for(self._transcribe(event, stt_audio), WORDS_WAIT_S)
+        except Exception as error:  # an STT queue full, a timeout: the duration decides
+            return False, {**check, "words_error": type(error).__name__}
+        check["words"] = heard.text.strip()
+        floor = asks_for_the_floor(heard.text, cfg.interruption_phrases)
+        if floor:
+            self.counts["overlaps_interrupted_by_words"] += 1
+        return floor, {**check, "interrupts": floor}
 
     def transcript_of(self, start: int, last_speech: int) -> Transcription | None:
         """The last check's transcript, if it was made of this very turn (no speech since)."""

@@ -61,6 +61,7 @@ class Trigger(StrEnum):
 
     SPEECH_BEGAN = "speech_began"
     HEARD = "heard"  # a window of the caller's speech: the reply under it
+    WORDS_INTERRUPT = "words_interrupt"  # the words of speech over a reply ask for the floor
     PAUSING = "pausing"  # the same window, once any barge-in is done: preemption
     HELD_STARTED = "held_started"
     TURN_ENDED = "turn_ended"
@@ -105,6 +106,7 @@ TRANSITIONS: Mapping[TurnState, Mapping[Trigger, frozenset[TurnState]]] = {
     ),
     S.OVERLAPPING: _moves(
         heard=_either(S.OVERLAPPING, S.CALLER_SPEAKING),  # the latter: barge-in
+        words_interrupt=S.CALLER_SPEAKING,
         pausing=S.OVERLAPPING,
         held_started=S.OVERLAP_PREEMPTING,
         turn_ended=_either(S.LISTENING, S.ENDING),  # the former: a backchannel
@@ -122,6 +124,7 @@ TRANSITIONS: Mapping[TurnState, Mapping[Trigger, frozenset[TurnState]]] = {
     ),
     S.OVERLAP_PREEMPTING: _moves(
         heard=_either(S.OVERLAP_PREEMPTING, S.PREEMPTING),
+        words_interrupt=S.PREEMPTING,
         pausing=_either(S.OVERLAP_PREEMPTING, S.OVERLAPPING),
         # A backchannel only if min_interruption_ms grew during the speech.
         turn_ended=_either(S.LISTENING, S.ENDING),
@@ -262,6 +265,18 @@ class TurnTaking(Generic[R]):
                 overlap = Overlap(Yield.RESUME, speaking)
         self._move(Trigger.HEARD, to)
         return overlap
+
+    def short_overlap(self) -> bool:
+        """The caller's speech is over a reply and not yet long enough to interrupt it."""
+        return self._overlapping() and self.speaking() is not None
+
+    def interrupted_by_words(self) -> R | None:
+        """Speech over a reply, still under ``min_interruption_ms``, asked for the floor in
+        words ("Wait, stop."): a barge-in now, and a turn whatever its length. Returns the
+        reply to interrupt (None if none is speaking)."""
+        speaking = self.speaking()
+        self._move(Trigger.WORDS_INTERRUPT, self._in_speech(False, self._held is not None))
+        return speaking
 
     def pausing(self, speech_ms: float, silence_ms: float, may_hold: bool) -> Preemption[R]:
         """The caller's silence so far (0 while speaking), once any barge-in of this window

@@ -121,18 +121,13 @@ class LlamaLlm(LlmEngine):
         self.echo_run = echo_run  # reply_rules: 0 lets a reply copy the caller at any length
         self.tool_router = tool_router  # ToolRouter.judged_alone
         self.tool_router_floor = tool_router_floor  # ToolRouter.opening_allows
-        self.lookup_router = lookup_router  # ToolRouter.said_lookup
-        self.lookup_threshold = lookup_threshold
+        self.lookup_router, self.lookup_threshold = lookup_router, lookup_threshold  # said_lookup
         self._warmup_system_prompt = warmup_system_prompt
         self._warmup_tools = tuple(warmup_tools)
         self.prompt = LlamaPrompt(
-            self._llm,
-            model_path,
-            n_ctx=n_ctx,
-            max_tokens=max_tokens,
-            chat_template=chat_template,
-            tool_family=tool_family,
-        )
+            self._llm, model_path, n_ctx=n_ctx, max_tokens=max_tokens,
+            chat_template=chat_template, tool_family=tool_family,
+        )  # fmt: skip
         self.template = self.prompt.template
         self.family: ToolFamily | None = self.prompt.family
         self._tools = LlamaToolCalls(

@@ -138,7 +138,9 @@ async def test_a_short_burst_over_a_reply_is_a_backchannel(
     assert call.session.counts["backchannels"] == 1
     assert call.session.counts["interruptions"] == 0
     assert call.of(Transcript) == [Transcript(1, "go on")]
-    assert len(call.stt.calls) == 1 and len(call.session.turns) == 1
+    # Its words were read once, at its first silence: "uh-huh" does not ask for the floor.
+    assert len(call.stt.calls) == 2 and len(call.session.turns) == 1
+    assert call.session.counts["overlaps_interrupted_by_words"] == 0
     assert [type(e) for e in call.sent if isinstance(e, SpeechStarted | SpeechStopped)] == [
         SpeechStarted,
         SpeechStopped,
@@ -155,6 +157,37 @@ async def test_a_short_burst_over_a_reply_is_a_backchannel(
         )
         is None
     )
+
+
+@pytest.mark.parametrize(("words", "stops"), [("Wait, stop.", True), ("Okay.", False)])
+async def test_a_short_burst_that_asks_for_the_floor_interrupts(
+    make_call: Callable[..., Call], words: str, stops: bool
+) -> None:
+    llm = FakeLlm(sentences(6), ["Sure", "."])
+    call = make_call(stt=FakeStt("go on", words), llm=llm)
+    await call.say()
+    await call.until(lambda: len(call.frames(1)) >= 3)
+
+    await call.push(speech(5))  # 160 ms: under min_interruption_ms, a pause by duration
+    await call.push(silence(30))
+    await call.idle()
+
+    done = call.done(1)
+    assert done is not None
+    assert call.session.counts["overlaps_interrupted_by_words"] == int(stops)
+    if not stops:  # a backchannel: the reply went on to its end, and no turn was made
+        assert done.status == "completed" and call.done(2) is None
+        assert call.session.counts["backchannels"] == 1
+        return
+    assert done.status == "interrupted" and len(done.text) < len(done.generated_text)
+    assert call.session.counts["interruptions"] == 1 and call.session.counts["backchannels"] == 0
+    second = call.done(2)
+    assert second is not None and second.status == "completed" and second.text == "Sure."
+    assert [(m.role, m.content) for m in call.session.history.turns][-2:] == [
+        ("user", "Wait, stop."),
+        ("assistant", "Sure."),
+    ]
+    assert len(call.stt.calls) == 2  # the check's transcript is the turn's
 
 
 @pytest.mark.parametrize("preempt_ms", [200, None], ids=["preempted", "plain"])

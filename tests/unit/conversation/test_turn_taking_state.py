@@ -112,6 +112,10 @@ def speech_began(s: Scene) -> object:
     return s.turns.speech_began()
 
 
+def words_interrupt(s: Scene) -> object:
+    return s.turns.interrupted_by_words()
+
+
 def turn_ended(speech_ms: float) -> Callable[[Scene], object]:
     return lambda s: s.turns.turn_ended(speech_ms)
 
@@ -132,6 +136,7 @@ LEGAL = [
     Move(S.CALLER_SPEAKING, T.DROP_HELD, S.CALLER_SPEAKING, drop_held),
     Move(S.OVERLAPPING, T.HEARD, S.OVERLAPPING, heard(True, MIN_MS - 1)),
     Move(S.OVERLAPPING, T.HEARD, S.CALLER_SPEAKING, heard(True, MIN_MS)),
+    Move(S.OVERLAPPING, T.WORDS_INTERRUPT, S.CALLER_SPEAKING, words_interrupt),
     Move(S.OVERLAPPING, T.PAUSING, S.OVERLAPPING, pausing(MIN_MS - 1, PREEMPT_MS)),
     Move(S.OVERLAPPING, T.HELD_STARTED, S.OVERLAP_PREEMPTING, lambda s: s.hold()),
     Move(S.OVERLAPPING, T.TURN_ENDED, S.LISTENING, turn_ended(MIN_MS - 1)),
@@ -148,6 +153,7 @@ LEGAL = [
     Move(S.PREEMPTING, T.DROP_HELD, S.CALLER_SPEAKING, drop_held),
     Move(S.OVERLAP_PREEMPTING, T.HEARD, S.OVERLAP_PREEMPTING, heard(False, MIN_MS - 1)),
     Move(S.OVERLAP_PREEMPTING, T.HEARD, S.PREEMPTING, heard(True, MIN_MS)),
+    Move(S.OVERLAP_PREEMPTING, T.WORDS_INTERRUPT, S.PREEMPTING, words_interrupt),
     Move(S.OVERLAP_PREEMPTING, T.PAUSING, S.OVERLAP_PREEMPTING, pausing(MIN_MS, PREEMPT_MS)),
     Move(S.OVERLAP_PREEMPTING, T.PAUSING, S.OVERLAPPING, pausing(MIN_MS, 0)),
     Move(S.OVERLAP_PREEMPTING, T.TURN_ENDED, S.ENDING, turn_ended(MIN_MS)),
@@ -179,6 +185,7 @@ LEGAL = [
 CALLS: dict[Trigger, Callable[[Scene], object]] = {
     T.SPEECH_BEGAN: speech_began,
     T.HEARD: heard(True, 0),
+    T.WORDS_INTERRUPT: words_interrupt,
     T.PAUSING: pausing(0, 0),
     T.HELD_STARTED: lambda s: s.turns.held_started(FakeReply()),
     T.TURN_ENDED: turn_ended(MIN_MS),
