@@ -147,7 +147,7 @@ class ToolRouter:
                 if not any(t.read_only for t in offered):
                     break
         usage.extra.pop("tool_call_errors", None)  # the words' reply follows, as if unasked
-        usage.finish_reason = ""
+        usage.finish_reason = "cancelled" if cancel.cancelled else ""
         return None
 
     def _written_lookup(
