@@ -286,7 +286,7 @@ class Session:
                 return
         elif event.audio is not None and cfg.interruption_phrases and self._turns.short_overlap():
             # Too short to interrupt the reply: its words may ask for the floor ("Wait, stop.").
-            floor, check = await self._turn_judge.short_overlap(
+            floor, check = await self._turn_judge.overlap_asks_for_floor(
                 event, detector.as_ended(event.audio), cfg
             )
             if detector is not self._detector:

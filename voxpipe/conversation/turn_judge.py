@@ -111,17 +111,15 @@ class TurnJudge:
         a reply that said ``over``) is, so far, no turn (:func:`no_turn`), and its record.
         False when the words do not come in time: the turn then ends as any other."""
         check: dict[str, Any] = {"overlap": True}
-        try:
-            heard = await asyncio.wait_for(self._transcribe(event, stt_audio), WORDS_WAIT_S)
-        except Exception as error:  # an STT queue full, a timeout: the silence decides
-            return False, {**check, "words_error": type(error).__name__}
-        check["words"] = heard.text.strip()
+        heard = await self._overlap_words(event, stt_audio, check)
+        if heard is None:
+            return False, check
         said = no_turn(heard.text, over, cfg.backchannel_phrases, cfg.backchannel_max_words)
         if said:
             self.counts["overlaps_ended_by_words"] += 1
         return said, {**check, "no_turn": said}
 
-    async def short_overlap(
+    async def overlap_asks_for_floor(
         self, event: TurnEvent, stt_audio: np.ndarray, cfg: TurnConfig
     ) -> tuple[bool, dict[str, Any]]:
         """Whether the speech of ``event`` (an ``END_CANDIDATE`` of speech over a reply, too
@@ -129,15 +127,26 @@ class TurnJudge:
         (:func:`asks_for_the_floor`), and its record. False when the words do not come in
         time: the duration decides, as before."""
         check: dict[str, Any] = {"overlap": True, "short": True}
-        try:
-            heard = await asyncio.wait_for(self._transcribe(event, stt_audio), WORDS_WAIT_S)
-        except Exception as error:  # an STT queue full, a timeout: the duration decides
-            return False, {**check, "words_error": type(error).__name__}
-        check["words"] = heard.text.strip()
+        heard = await self._overlap_words(event, stt_audio, check)
+        if heard is None:
+            return False, check
         floor = asks_for_the_floor(heard.text, cfg.interruption_phrases)
         if floor:
             self.counts["overlaps_interrupted_by_words"] += 1
         return floor, {**check, "interrupts": floor}
+
+    async def _overlap_words(
+        self, event: TurnEvent, stt_audio: np.ndarray, check: dict[str, Any]
+    ) -> Transcription | None:
+        """The overlap's transcript, written into ``check`` as ``words``; None (and
+        ``words_error``) when it does not come within :data:`WORDS_WAIT_S`."""
+        try:
+            heard = await asyncio.wait_for(self._transcribe(event, stt_audio), WORDS_WAIT_S)
+        except Exception as error:  # an STT queue full, a timeout: the caller's fallback
+            check["words_error"] = type(error).__name__
+            return None
+        check["words"] = heard.text.strip()
+        return heard
 
     def transcript_of(self, start: int, last_speech: int) -> Transcription | None:
         """The last check's transcript, if it was made of this very turn (no speech since)."""

@@ -121,12 +121,12 @@ class ToolRouter:
     ) -> list[LlmOutput] | None:
         """The call the look alone writes after the ``alone`` prompt (if its P(call)
         reaches ``threshold``), if it is to a read-only tool and the caller's last words
-        hold every argument it wrote; None
-        otherwise (the reply is then in words, as before). A call to a tool that acts is
-        never made on this cue. A lookup written with an argument not said is written once
-        more without that tool (a question about opening hours first written as an
-        availability check with a made-up party). Costs the prefill of the caller's words,
-        and, when the look calls, each call's tokens up to where it goes wrong."""
+        hold every argument it wrote; None otherwise (the reply is then in words, as
+        before). A call to a tool that acts is never made on this cue. A lookup written
+        with an argument not said is written once more without that tool (a question about
+        opening hours first written as an availability check with a made-up party). Costs
+        the prefill of the caller's words, and, when the look calls, each call's tokens up
+        to where it goes wrong."""
         if not any(t.read_only for t in tools):
             return None
         said = said_words(messages[-1].content)
