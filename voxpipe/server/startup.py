@@ -47,7 +47,7 @@ async def warm_up(engines: QueuedEngines) -> None:
 
 async def warm_agent(config: Config, llm: QueuedLlm, agent: RunningAgent) -> None:
     """With tools, the embedded model's prompt starts with the agent's instructions and its
-    tools (Qwen's template puts them in the system message), and its first reply takes the
+    tools (a chat template may put them in the system message), and its first reply takes the
     tool path (the decision on the first token, its scan of the vocabulary, the grammar):
     run that once now, on the LLM's thread, and leave the prompt's KV in the context."""
     tools = agent.toolbox.specs()
