@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import psutil
 from prometheus_client import (
@@ -36,228 +36,191 @@ ACCEPTED = "accepted"
 HANDSHAKE_FAILED = "handshake_failed"  # the client went before the upgrade completed
 
 
+class _Declare:
+    """Declares metrics into one registry; a histogram of seconds takes the shared buckets."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def histogram(
+        self,
+        name: str,
+        doc: str,
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = _LATENCY_BUCKETS,
+    ) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self._registry)
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, doc, labels, registry=self._registry)
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(name, doc, labels, registry=self._registry)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        ProcessCollector(registry=r)  # process_resident_memory_bytes, CPU, open fds (Linux)
+        m = _Declare(self.registry)
+        # process_resident_memory_bytes, CPU, open fds (Linux)
+        ProcessCollector(registry=self.registry)
         self.client_versions = ClientVersions()
-        self.stage = Histogram(
+        self.stage = m.histogram(
             "voxpipe_turn_stage_seconds",
             "Time from the end of the caller's speech to each stage of the turn.",
             ["stage"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.voice_to_voice = Histogram(
+        self.voice_to_voice = m.histogram(
             "voxpipe_voice_to_voice_seconds",
             "End of the caller's speech to the first reply audio frame sent (server side).",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.engine_queue = Histogram(
-            "voxpipe_engine_queue_seconds",
-            "Time a job waited for its engine's thread.",
-            ["engine"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.engine_queue = m.histogram(
+            "voxpipe_engine_queue_seconds", "Time a job waited for its engine's thread.", ["engine"]
         )
-        self.engine_compute = Histogram(
-            "voxpipe_engine_compute_seconds",
-            "Time a job ran on its engine's thread.",
-            ["engine"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.engine_compute = m.histogram(
+            "voxpipe_engine_compute_seconds", "Time a job ran on its engine's thread.", ["engine"]
         )
-        self.batch_sequences = Histogram(
+        self.batch_sequences = m.histogram(
             "voxpipe_llm_batch_sequences",
             "Replies that decoded a token together in one step of the batched LLM.",
             buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64),
-            registry=r,
         )
-        self.batch_step = Histogram(
+        self.batch_step = m.histogram(
             "voxpipe_llm_batch_step_seconds",
             "One step of the batched LLM (its decodes and prompt chunks together).",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.queue_depth = Gauge(
-            "voxpipe_engine_queue_depth", "Jobs waiting per engine.", ["engine"], registry=r
+        self.queue_depth = m.gauge(
+            "voxpipe_engine_queue_depth", "Jobs waiting per engine.", ["engine"]
         )
-        self.prefill_tokens = Histogram(
+        self.prefill_tokens = m.histogram(
             "voxpipe_llm_prefill_tokens",
             "Prompt tokens evaluated per turn (the rest came from the reused KV cache).",
             buckets=_TOKEN_BUCKETS,
-            registry=r,
         )
-        self.calls = Gauge(
+        self.calls = m.gauge(
             "voxpipe_calls",
             "Calls holding a slot: connected, or detached and waiting for a reconnect.",
             ["state"],
-            registry=r,
         )
-        self.refused_calls = Counter(
-            "voxpipe_refused_calls_total",
-            "Calls refused at connect, by reason.",
-            ["reason"],
-            registry=r,
+        self.refused_calls = m.counter(
+            "voxpipe_refused_calls_total", "Calls refused at connect, by reason.", ["reason"]
         )
-        self.deadline_misses = Counter(
-            "voxpipe_deadline_misses_total",
-            "Turn stages that missed their deadline.",
-            ["stage"],
-            registry=r,
+        self.deadline_misses = m.counter(
+            "voxpipe_deadline_misses_total", "Turn stages that missed their deadline.", ["stage"]
         )
-        self.fillers = Counter(
-            "voxpipe_fillers_total",
-            "Fillers said because the first LLM token was late.",
-            registry=r,
+        self.fillers = m.counter(
+            "voxpipe_fillers_total", "Fillers said because the first LLM token was late."
         )
-        self.audio_dropped = Counter(
+        self.audio_dropped = m.counter(
             "voxpipe_audio_dropped_seconds_total",
             "Audio dropped by a full buffer, by direction, policy and transport.",
             ["direction", "policy", "transport"],
-            registry=r,
         )
-        self.buffer_age = Histogram(
+        self.buffer_age = m.histogram(
             "voxpipe_buffer_age_seconds",
             "How long audio waited in a call's buffer: inbound (before the VAD) and outbound "
             "(before the client's socket took it).",
             ["direction"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.slow_consumers = Counter(
-            "voxpipe_slow_consumers_total",
-            "Calls closed because the client stopped reading.",
-            registry=r,
+        self.slow_consumers = m.counter(
+            "voxpipe_slow_consumers_total", "Calls closed because the client stopped reading."
         )
-        self.hangup_cleanup = Histogram(
+        self.hangup_cleanup = m.histogram(
             "voxpipe_hangup_cleanup_seconds",
             "From the end of a call to all of its tasks and engine jobs stopped.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.restores = Counter(
+        self.restores = m.counter(
             "voxpipe_session_restores_total",
             "Reconnects to a session this worker did not hold, by outcome: restored from the "
             "shared store, or not found there.",
             ["outcome"],
-            registry=r,
         )
-        self.context_rebuild = Histogram(
+        self.context_rebuild = m.histogram(
             "voxpipe_context_rebuild_seconds",
             "LLM prefill of a restored conversation's history on its new worker.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.live_tasks = Gauge(
-            "voxpipe_asyncio_tasks", "asyncio tasks alive in the server process.", registry=r
+        self.live_tasks = m.gauge(
+            "voxpipe_asyncio_tasks", "asyncio tasks alive in the server process."
         )
-        self.live_threads = Gauge(
-            "voxpipe_threads", "Threads alive in the server process.", registry=r
+        self.live_threads = m.gauge("voxpipe_threads", "Threads alive in the server process.")
+        self.memory = m.gauge(
+            "voxpipe_resident_memory_bytes", "Resident memory of the server process."
         )
-        self.memory = Gauge(
-            "voxpipe_resident_memory_bytes", "Resident memory of the server process.", registry=r
+        self.turns = m.counter("voxpipe_turns_total", "Turns by outcome.", ["status"])
+        self.errors = m.counter("voxpipe_errors_total", "Error events sent to clients.", ["code"])
+        self.dtmf = m.counter(
+            "voxpipe_dtmf_total", "DTMF key presses received on phone lines, by digit.", ["digit"]
         )
-        self.turns = Counter("voxpipe_turns_total", "Turns by outcome.", ["status"], registry=r)
-        self.errors = Counter(
-            "voxpipe_errors_total", "Error events sent to clients.", ["code"], registry=r
-        )
-        self.dtmf = Counter(
-            "voxpipe_dtmf_total",
-            "DTMF key presses received on phone lines, by digit.",
-            ["digit"],
-            registry=r,
-        )
-        self.sip_refused = Counter(
+        self.sip_refused = m.counter(
             "voxpipe_sip_refused_total",
             "SIP requests answered with an error (or calls ended for want of an ACK), by status.",
             ["status"],
-            registry=r,
         )
-        self.rtp_dropped = Counter(
+        self.rtp_dropped = m.counter(
             "voxpipe_rtp_dropped_total",
             "RTP packets dropped: not RTP, a payload type not negotiated, late or duplicate.",
             ["reason"],
-            registry=r,
         )
-        self.preemptions = Counter(
+        self.preemptions = m.counter(
             "voxpipe_preemptions_total",
             "Replies started during the caller's pause: used at the end of the turn, or wasted "
             "because speech resumed.",
             ["outcome"],
-            registry=r,
         )
-        self.barge_in = Histogram(
+        self.barge_in = m.histogram(
             "voxpipe_barge_in_seconds",
             "From the first window of the caller's interrupting speech to: the reply pausing "
             "(pause), the decision to interrupt (decide), the last reply frame sent (stop), "
             "LLM and TTS stopped (cancel).",
             ["phase"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.ready = Gauge("voxpipe_ready", "1 once all models are loaded and warm.", registry=r)
-        self.connections = Counter(
+        self.ready = m.gauge("voxpipe_ready", "1 once all models are loaded and warm.")
+        self.connections = m.counter(
             "voxpipe_connections_total",
             "WebSocket connections by outcome: accepted, refused (the error code) or "
             "handshake_failed; by transport and the client's version (bounded).",
             ["transport", "outcome", "client_version"],
-            registry=r,
         )
-        self.reconnects = Counter(
+        self.reconnects = m.counter(
             "voxpipe_reconnects_total",
             "Connections that came back to a session this worker holds (?session_id= of a live "
             "or waiting session of the same principal), by transport and client version.",
             ["transport", "client_version"],
-            registry=r,
         )
-        self.upstream_refusals = Counter(
+        self.upstream_refusals = m.counter(
             "voxpipe_upstream_refusals_total",
             "Requests a remote engine refused or never answered, retried ones included: the "
             "HTTP status, timeout or unreachable.",
             ["engine", "reason"],
-            registry=r,
         )
-        self.client_voice_to_voice = Histogram(
+        self.client_voice_to_voice = m.histogram(
             "voxpipe_client_voice_to_voice_seconds",
             "End of the caller's speech to the first reply sample played, as the client "
             "measured and reported it.",
             ["transport", "client"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.latency_split = Histogram(
+        self.latency_split = m.histogram(
             "voxpipe_turn_latency_split_seconds",
             "A turn's voice-to-voice in four parts that add up to it: transport (the caller's "
             "last speech to the server), inference (engine compute), application (the rest of "
             "the server's time), playback (the first reply frame sent to its first sample "
             "played); a part is observed once per turn, when it is known.",
             ["part"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
 
-        self.tool_seconds = Histogram(
+        self.tool_seconds = m.histogram(
             "voxpipe_tool_seconds",
             "How long a tool call ran, by tool and how it ended (ok, error, timeout, cancelled, "
             "unknown_outcome).",
             ["tool", "status"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.tool_calls = Counter(
-            "voxpipe_tool_calls_total",
-            "Tool calls by tool and how they ended.",
-            ["tool", "status"],
-            registry=r,
+        self.tool_calls = m.counter(
+            "voxpipe_tool_calls_total", "Tool calls by tool and how they ended.", ["tool", "status"]
         )
-        self.tool_calls_per_turn = Histogram(
+        self.tool_calls_per_turn = m.histogram(
             "voxpipe_tool_calls_per_turn",
             "Tool calls the model made in one turn, of the turns that were offered tools.",
             buckets=(0, 1, 2, 3, 4, 6, 8),
-            registry=r,
         )
 
     def sample_process(self) -> None:
