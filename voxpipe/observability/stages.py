@@ -38,11 +38,8 @@ from voxpipe.observability.tracing import (
 class JobTimes(Protocol):
     """What an engine's runner measured of one job (``engines.runner.JobClock``)."""
 
-    @property
-    def started_ns(self) -> int: ...
-
-    @property
-    def first_item_ns(self) -> int: ...
+    started_ns: int
+    first_item_ns: int
 
     @property
     def queue_s(self) -> float: ...
@@ -52,28 +49,16 @@ class JobTimes(Protocol):
 
 
 class TokenUsage(Protocol):
-    """What the LLM counted of one request (``engines.base.LlmUsage``)."""
+    """What the LLM counted of one request (``engines.base.LlmUsage``, which the engine
+    fills in as it streams)."""
 
-    @property
-    def prompt_tokens(self) -> int: ...
-
-    @property
-    def instruction_tokens(self) -> int: ...
-
-    @property
-    def reused_tokens(self) -> int: ...
-
-    @property
-    def prefill_tokens(self) -> int: ...
-
-    @property
-    def completion_tokens(self) -> int: ...
-
-    @property
-    def state_restored(self) -> bool: ...
-
-    @property
-    def finish_reason(self) -> str: ...
+    prompt_tokens: int
+    instruction_tokens: int
+    reused_tokens: int
+    prefill_tokens: int
+    completion_tokens: int
+    state_restored: bool
+    finish_reason: str
 
 
 @dataclass
