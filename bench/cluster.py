@@ -255,7 +255,7 @@ async def one_session(
     cluster: LocalCluster, mode: str, index: int, clips: Sequence[Clip], turns: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A session of ``turns`` turns, each on a new connection; its rows and its record."""
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     session_id = f"bench-{mode}-{index}-{uuid.uuid4().hex[:8]}"
     rows: list[dict[str, Any]] = []
     record: dict[str, Any] = {"mode": mode, "session": index, "session_id": session_id}
@@ -354,7 +354,7 @@ def _answered(client: NativeClient, after: int) -> TurnResult | None:
 async def one_failover(cluster: LocalCluster, rep: int, clips: Sequence[Clip]) -> dict[str, Any]:
     """Two answered turns, a third said, its reply's audio begins: SIGKILL the worker."""
     first, second, third = (clips[(3 * rep + i) % len(clips)] for i in range(3))
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     session_id = f"bench-failover-{rep}-{uuid.uuid4().hex[:8]}"
     out: dict[str, Any] = {"rep": rep, "session_id": session_id}
     out["clips"] = [first.name, second.name, third.name]

@@ -160,7 +160,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         cluster.start()
         seconds = cluster.wait_ready()
         print(
-            f"\nvoxpipe cluster is ready in {seconds:.0f} s. Talk to it at {cluster.url}\n"
+            f"\nvoxpipe cluster is ready in {seconds:.0f} s. Talk to it at {cluster.ws}\n"
             f"  every connection with ?session_id=ID reaches the same worker; Ctrl-C stops\n",
             flush=True,
         )

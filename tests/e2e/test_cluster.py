@@ -112,7 +112,7 @@ async def test_sessions_stay_on_one_worker_and_spread_across_workers(
     seen: dict[str, set[str]] = {}
     for _ in range(8):
         session_id = uuid.uuid4().hex
-        client = NativeClient(cluster.url)
+        client = NativeClient(cluster.ws)
         await client.connect(session_id=session_id, instructions=BRIEF)
         workers = {worker_of(client)}
         for _ in range(2):  # a dropped connection resumes where the session lives
@@ -132,7 +132,7 @@ async def test_a_call_carries_on_after_its_worker_is_killed(cluster: LocalCluste
     clips = librivox_clips()
     first, second, third, fourth = (read_wav(clips[i].path) for i in (1, 2, 3, 4))
     session_id = uuid.uuid4().hex
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     try:
         await client.connect(session_id=session_id, instructions=BRIEF)
         home = worker_of(client)

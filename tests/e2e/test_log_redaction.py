@@ -133,7 +133,7 @@ def test_no_key_or_token_reaches_the_log(tmp_path: Path) -> None:
 async def cluster_calls(cluster: LocalCluster) -> list[str]:
     """Calls through nginx with a key and a token, then more while a worker is dead (nginx
     fails over, and would write an error line quoting each request)."""
-    voice = cluster.url
+    voice = cluster.ws
     async with httpx.AsyncClient(base_url=cluster.http, timeout=TIMEOUT_S) as http:
         tokens = [await mint(http, KEY_A) for _ in range(2)]
         await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&api_key={KEY_B}")

@@ -205,7 +205,7 @@ async def test_a_barge_in_while_the_tool_runs_lets_it_finish_once(
     cluster, db = booking_cluster
     runs_before, booked_before = executions(db)
     session_id = uuid.uuid4().hex
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     try:
         started = (await _booking_under_way(cluster, client, session_id, spoken))[2]
         t0 = time.monotonic()
@@ -268,7 +268,7 @@ async def test_a_reconnect_while_the_tool_runs_neither_repeats_nor_loses_it(
     cluster, db = booking_cluster
     runs_before, booked_before = executions(db)
     session_id = uuid.uuid4().hex
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     try:
         await client.connect(session_id=session_id)
         home = worker_of(client)
@@ -361,7 +361,7 @@ async def test_a_tool_done_before_its_worker_dies_is_answered_by_the_other_worke
     cluster, db = booking_cluster
     runs_before, booked_before = executions(db)
     session_id = uuid.uuid4().hex
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     try:
         home, victim, started = await _booking_under_way(cluster, client, session_id, spoken)
         t0 = time.monotonic()
@@ -432,7 +432,7 @@ async def test_a_tool_whose_worker_dies_while_it_runs_is_not_run_again(
     cluster, db = booking_cluster
     runs_before, booked_before = executions(db)
     session_id = uuid.uuid4().hex
-    client = NativeClient(cluster.url)
+    client = NativeClient(cluster.ws)
     try:
         home, victim, started = await _booking_under_way(cluster, client, session_id, spoken)
         t0 = time.monotonic()

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from voxpipe.server.local_cluster import Loopback, answers_ready
 
 
 def free_port() -> int:
@@ -21,7 +21,7 @@ def free_port() -> int:
 
 
 @dataclass
-class ServerProcess:
+class ServerProcess(Loopback):
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
@@ -57,14 +57,6 @@ class ServerProcess:
     def store_path(self) -> Path:
         return self.log_path.parent / "voxpipe.sqlite3"
 
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/voice"
-
     def alive(self) -> bool:
         return self.process.poll() is None
 
@@ -74,11 +66,8 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if not self.alive():
                 raise RuntimeError(f"server exited:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(f"{self.http}/readyz", timeout=2).status_code == 200:
-                    return time.monotonic() - self.started_at
-            except httpx.HTTPError:
-                pass
+            if answers_ready(self.port):
+                return time.monotonic() - self.started_at
             time.sleep(0.1)
         raise TimeoutError(f"server not ready in {timeout_s} s:\n{self.log_path.read_text()}")
 

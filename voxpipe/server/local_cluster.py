@@ -47,6 +47,31 @@ def free_port_run(count: int) -> int:
     raise RuntimeError("no run of free ports on loopback")
 
 
+def answers_ready(port: int) -> bool:
+    """Whether the server on loopback ``port`` answers ``/readyz`` 200 now (not yet
+    listening, or not warm yet: False)."""
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class Loopback:
+    """A voxpipe server (or nginx in front of several) on loopback at ``port``: where its
+    clients reach it, whether one process (``loadtest.server_process``) or the cluster."""
+
+    port: int
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        """The native voice endpoint."""
+        return f"ws://127.0.0.1:{self.port}/v1/voice"
+
+
 Balance = Literal["session", "round_robin"]
 
 
@@ -87,7 +112,7 @@ def without_affinity(conf: str) -> str:
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(Loopback):
     workdir: Path
     port: int = 8765  # nginx; workers take the ports after it
     workers: int = 2
@@ -100,14 +125,6 @@ class LocalCluster:
     @property
     def worker_ports(self) -> list[int]:
         return [self.port + 1 + i for i in range(self.workers)]
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/voice"
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def redis_url(self) -> str:
@@ -188,28 +205,21 @@ class LocalCluster:
 
     def workers_ready(self) -> bool:
         """Whether every worker answers ``/readyz`` 200 now (straight, not through nginx)."""
-        return all(self._ok(f"http://127.0.0.1:{p}/readyz") for p in self.worker_ports)
+        return all(answers_ready(p) for p in self.worker_ports)
 
     def wait_ready(self, timeout_s: float = 600) -> float:
         """Block until every worker is warm and nginx answers; seconds since start."""
         deadline = time.monotonic() + timeout_s
         pending = set(self.worker_ports)
-        while pending or not self._ok(f"{self.http}/readyz"):
+        while pending or not answers_ready(self.port):
             for name, process in self.processes.items():
                 if process.poll() is not None:
                     raise RuntimeError(f"{name} exited:\n{self.log(name).read_text()[-4000:]}")
-            pending = {p for p in pending if not self._ok(f"http://127.0.0.1:{p}/readyz")}
+            pending = {p for p in pending if not answers_ready(p)}
             if time.monotonic() > deadline:
                 raise TimeoutError(f"cluster not ready in {timeout_s} s (waiting on {pending})")
             time.sleep(0.2)
         return time.monotonic() - self.started_at
-
-    @staticmethod
-    def _ok(url: str) -> bool:
-        try:
-            return httpx.get(url, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def worker(self, port: int) -> dict[str, object]:
         """A worker's ``/healthz``: its name and pid."""
