@@ -24,6 +24,7 @@ from voxpipe.engines.base import (
     Engines,
     LlmEngine,
     LlmOutput,
+    LlmRequest,
     LlmUsage,
     SttEngine,
     ToolSpec,
@@ -212,10 +213,11 @@ class QueuedLlm(Queued[LlmEngine]):
         *,
         tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
-        engine = self.engine
-        return await self.runner.call(
-            lambda: engine.prefill(session_id, messages, cancel, tools=tools), clock
-        )
+        """:meth:`LlmEngine.prefill`: what it cost (nothing is generated)."""
+        engine, usage = self.engine, LlmUsage()
+        request = LlmRequest(session_id, messages, cancel, usage, tuple(tools or ()))
+        await self.runner.call(lambda: engine.prefill(request), clock)
+        return usage
 
     async def warm(
         self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
