@@ -350,8 +350,8 @@ class LlmRequest:
 
 class LlmEngine(Engine, Protocol):
     """An LLM. An engine subclasses this protocol for its :meth:`stream`, and implements
-    :meth:`generate`, :meth:`prefill`, :meth:`forget` and :meth:`warmup`. Both requests are
-    an :class:`LlmRequest`."""
+    :meth:`generate`, :meth:`prefill`, :meth:`forget` and :meth:`warmup`. Both
+    :meth:`generate` and :meth:`prefill` take an :class:`LlmRequest`."""
 
     def stream(
         self,
@@ -366,9 +366,7 @@ class LlmEngine(Engine, Protocol):
         urgency: Urgency | None = None,
     ) -> Iterator[LlmOutput]:
         """Yield the assistant reply's text deltas (and, with ``tools``, its tool calls);
-        stop early once ``cancel`` is set. The parameters are :class:`LlmRequest`'s; the
-        server calls through :class:`~voxpipe.engines.queued.QueuedLlm`, whose ``stream``
-        yields ``str`` only when no tools are offered."""
+        stop early once ``cancel`` is set. The parameters are :class:`LlmRequest`'s."""
         request = LlmRequest(
             session_id, messages, cancel, usage, tuple(tools or ()), tool_choice, trace_headers,
             urgency,
