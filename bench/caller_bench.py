@@ -474,7 +474,7 @@ def isolated_floor(config: Config, rows: list[dict[str, Any]], logs: Sequence[Ca
     """
     from bench.transport_callers import as_the_server_hears
     from voxpipe.conversation.chunker import ClauseChunker
-    from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+    from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage
     from voxpipe.engines.loader import load_engines
 
     engines = load_engines(config)
@@ -506,7 +506,7 @@ def isolated_floor(config: Config, rows: list[dict[str, Any]], logs: Sequence[Ca
                 try:
                     for delta in stream:
                         ttft = ttft if ttft is not None else _since_ms(t)
-                        if chunker.push(delta):
+                        if isinstance(delta, str) and chunker.push(delta):  # words only
                             first = _since_ms(t)
                             break
                 finally:
@@ -523,7 +523,7 @@ def isolated_floor(config: Config, rows: list[dict[str, Any]], logs: Sequence[Ca
                 if record.get("reply"):
                     history.append(ChatMessage("assistant", record["reply"]))
             if (log.session_id, record["turn_id"]) in llm:
-                engines.llm.prefill(session, history, CancelToken())
+                engines.llm.prefill(LlmRequest(session, history, CancelToken(), LlmUsage()))
 
     for row in rows:
         iso: dict[str, Any] = {}

@@ -105,7 +105,7 @@ def isolated_compute(config: Config, calls: list[Any]) -> dict[str, Any]:
             ttft = first_clause_ms = None
             for delta in engines.llm.stream(f"iso-{call_index}", history, cancel, usage):
                 ttft = ttft or (time.perf_counter() - t) * 1000
-                if chunker.push(delta):
+                if isinstance(delta, str) and chunker.push(delta):  # no tools: words only
                     first_clause_ms = (time.perf_counter() - t) * 1000
                     break
             first_clause_ms = first_clause_ms or (time.perf_counter() - t) * 1000

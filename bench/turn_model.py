@@ -404,12 +404,12 @@ def _llm_judge(config: Any) -> tuple[Any, list[float]]:
     """The embedded LLM's probability that words end the caller's turn, asked as the
     session asks it (a call's first turn: the instructions, then the words) from a warm
     sequence; one answer per words (the same words, the same answer), and each cost."""
-    from voxpipe.engines.base import CancelToken, ChatMessage
+    from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage
     from voxpipe.engines.loader import load_llm
 
     llm: Any = load_llm(config)
     system = ChatMessage("system", config.llm.system_prompt)
-    llm.prefill("bench-turn", [system], CancelToken())
+    llm.prefill(LlmRequest("bench-turn", [system], CancelToken(), LlmUsage()))
     answers: dict[str, float | None] = {}
     costs: list[float] = []
 

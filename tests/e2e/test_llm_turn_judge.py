@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from voxpipe.config import Config
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, Urgency
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage, Urgency
 from voxpipe.engines.llama_llm import LlamaLlm
 from voxpipe.engines.loader import llm_model_path
 
@@ -30,7 +30,7 @@ def llm() -> Iterator[LlamaLlm]:
         llm_model_path(config), threads=config.llm.threads, n_ctx=2048, temperature=0.0,
         max_tokens=20, max_sequences=2,
     )  # fmt: skip
-    engine.prefill("judged", [SYSTEM], CancelToken())
+    engine.prefill(LlmRequest("judged", [SYSTEM], CancelToken(), LlmUsage()))
     yield engine
     engine.batch.close()
 

@@ -21,7 +21,6 @@ from voxpipe.engines.base import (
     LlmEngine,
     LlmOutput,
     LlmRequest,
-    LlmUsage,
     ToolSpec,
     Transcription,
 )
@@ -153,18 +152,11 @@ class FakeLlm(LlmEngine):
         finally:
             self.running -= 1
 
-    def prefill(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-    ) -> LlmUsage:
-        self.prefills.append((session_id, list(messages)))
-        self.prefill_tools.append(list(tools or ()))
-        tokens = 0 if cancel.cancelled else _words(messages)
-        return LlmUsage(prompt_tokens=tokens, prefill_tokens=tokens)
+    def prefill(self, request: LlmRequest) -> None:
+        self.prefills.append((request.session_id, list(request.messages)))
+        self.prefill_tools.append(list(request.tools))
+        tokens = 0 if request.cancel.cancelled else _words(request.messages)
+        request.usage.prompt_tokens = request.usage.prefill_tokens = tokens
 
     def forget(self, session_id: str) -> None:
         self.forgotten.append(session_id)

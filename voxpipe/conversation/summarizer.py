@@ -112,7 +112,8 @@ class Summarizer:
             )
             async with contextlib.aclosing(stream):
                 async for delta in stream:
-                    parts.append(delta)
+                    if isinstance(delta, str):  # offered no tools, it can call none
+                        parts.append(delta)
             summary = "".join(parts).strip()
             if cancel.cancelled or not summary:
                 return

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -68,14 +68,20 @@ class VadStream(Protocol):
     def process(self, audio: np.ndarray) -> list[float]: ...
 
 
-class VadEngine(Protocol):
+class Engine(Protocol):
+    """What every engine has: a name, and a warm-up the server runs before it takes calls,
+    so that no caller pays for a cold model."""
+
     name: str
+
+    def warmup(self) -> None: ...
+
+
+class VadEngine(Engine, Protocol):
     sample_rate: int
     window_samples: int
 
     def new_stream(self) -> VadStream: ...
-
-    def warmup(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,14 +91,10 @@ class Transcription:
     audio_s: float
 
 
-class SttEngine(Protocol):
-    name: str
-
+class SttEngine(Engine, Protocol):
     def transcribe(self, audio: np.ndarray) -> Transcription:
         """``audio``: mono float32 at 16 kHz."""
         ...
-
-    def warmup(self) -> None: ...
 
 
 Role = Literal["system", "user", "assistant"]  # what a client may write into a conversation
@@ -322,8 +324,9 @@ class WarmingLlm(Protocol):
 
 @dataclass(frozen=True)
 class LlmRequest:
-    """One request to an LLM, as every engine gets it (:meth:`LlmEngine.generate`): the one
-    place the stream call's parameters are declared.
+    """One request to an LLM, as every engine gets it (:meth:`LlmEngine.generate`, and
+    :meth:`LlmEngine.prefill` for a prompt evaluated ahead of time): the one place an LLM
+    call's parameters are declared.
 
     With ``tools`` the model may call one instead of answering: the stream then yields
     :class:`ToolCallDelta` pieces (where the engine can) and one :class:`ToolCallRequest`
@@ -345,39 +348,10 @@ class LlmRequest:
     urgency: Urgency | None = None
 
 
-class LlmEngine(Protocol):
+class LlmEngine(Engine, Protocol):
     """An LLM. An engine subclasses this protocol for its :meth:`stream`, and implements
-    :meth:`generate`, :meth:`prefill`, :meth:`forget` and :meth:`warmup`."""
-
-    name: str
-
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> Iterator[str]: ...
-
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        *,
-        tools: Sequence[ToolSpec] | None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> Iterator[LlmOutput]: ...
+    :meth:`generate`, :meth:`prefill`, :meth:`forget` and :meth:`warmup`. Both
+    :meth:`generate` and :meth:`prefill` take an :class:`LlmRequest`."""
 
     def stream(
         self,
@@ -403,44 +377,30 @@ class LlmEngine(Protocol):
         """What :meth:`stream` returns: ``str`` items only when no tools are offered."""
         ...
 
-    def prefill(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-    ) -> LlmUsage:
-        """Evaluate ``messages`` ahead of time so the next request only adds its own tokens
-        (with the ``tools`` that request will offer: they are part of its prompt)."""
+    def prefill(self, request: LlmRequest) -> None:
+        """Evaluate ``request.messages`` ahead of time, so the next request only adds its own
+        tokens (with the ``tools`` that request will offer: they are part of its prompt);
+        what it cost goes into ``request.usage``. Nothing is generated, so ``tool_choice``
+        and ``urgency`` are not read."""
         ...
 
     def forget(self, session_id: str) -> None:
         """Drop whatever state is kept for ``session_id``."""
         ...
 
-    def warmup(self) -> None: ...
 
-
-class TtsEngine(Protocol):
-    name: str
+class TtsEngine(Engine, Protocol):
     sample_rate: int
 
     def synthesize(self, text: str, cancel: CancelToken) -> Iterator[np.ndarray]:
         """Yield mono int16 chunks at ``sample_rate``; stop once ``cancel`` is set."""
         ...
 
-    def warmup(self) -> None: ...
 
-
-class TurnModel(Protocol):
+class TurnModel(Engine, Protocol):
     """Judges from its sound whether a caller's turn is complete (``turn.end_of_turn``)."""
 
-    name: str
-
     def probability_complete(self, audio: np.ndarray) -> float: ...
-
-    def warmup(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -58,13 +58,4 @@ def text_chat(
     return out, None
 
 
-GENERIC = ToolFamily(
-    name="json",
-    call_open="",
-    call_prefix='{"name": "',
-    arguments_key="arguments",
-    call_close="",
-    markup=(),
-    starts=(),
-    chat=text_chat,
-)
+GENERIC = ToolFamily(name="json", chat=text_chat)

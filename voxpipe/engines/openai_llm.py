@@ -201,24 +201,17 @@ class OpenAiCompatibleLlm(LlmEngine):
         if calls and not cancel.cancelled:
             yield from calls.calls(tools)
 
-    def prefill(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-    ) -> LlmUsage:
+    def prefill(self, request: LlmRequest) -> None:
         """A one-token request: the server evaluates (and caches) the prompt's prefix."""
-        usage = LlmUsage()
         if not self.remote.prefill:
-            return usage
+            return
+        session_id, usage = request.session_id, request.usage
         body = self._body(
-            session_id, messages, max_tokens=1, stream=False, **_offered(tuple(tools or ()))
+            session_id, request.messages, max_tokens=1, stream=False, **_offered(request.tools)
         )
-        response = self._open(body, session_id, cancel, usage)
+        response = self._open(body, session_id, request.cancel, usage)
         if response is None:
-            return usage
+            return
         try:
             _read_usage(response.json().get("usage"), usage)
         except ValueError as exc:
@@ -226,7 +219,6 @@ class OpenAiCompatibleLlm(LlmEngine):
         finally:
             response.close()
         usage.completion_tokens = 0
-        return usage
 
     def forget(self, session_id: str) -> None:
         """Nothing is kept here; the server's prefix cache ages out by itself."""

@@ -13,7 +13,7 @@ import contextvars
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from voxpipe.engines.base import (
     Engines,
     LlmEngine,
     LlmOutput,
+    LlmRequest,
     LlmUsage,
     SttEngine,
     ToolSpec,
@@ -119,38 +120,6 @@ class QueuedStt(Queued[SttEngine]):
 
 
 class QueuedLlm(Queued[LlmEngine]):
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        clock: JobClock | None = None,
-        gate: threading.Event | None = None,
-        *,
-        tools: None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> AsyncGenerator[str, None]: ...
-
-    @overload
-    def stream(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
-        clock: JobClock | None = None,
-        gate: threading.Event | None = None,
-        *,
-        tools: Sequence[ToolSpec] | None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
-    ) -> AsyncGenerator[LlmOutput, None]: ...
-
     def stream(
         self,
         session_id: str,
@@ -165,10 +134,10 @@ class QueuedLlm(Queued[LlmEngine]):
         trace_headers: Mapping[str, str] | None = None,
         urgency: Urgency | None = None,
     ) -> AsyncGenerator[LlmOutput, None]:
-        """The reply's text deltas (and, with ``tools``, its tool calls) as the LLM makes
-        them; while ``gate`` is clear the thread holds before its next token
-        (:meth:`EngineRunner.stream`). ``trace_headers`` go to the engine (a remote one sends
-        them).
+        """The reply's text deltas (and, with ``tools``, its tool calls; without, ``str``
+        items only) as the LLM makes them; while ``gate`` is clear the thread holds before
+        its next token (:meth:`EngineRunner.stream`). ``trace_headers`` go to the engine (a
+        remote one sends them).
 
         This is the one place that knows whether the engine batches. A batching engine
         (:class:`BatchingLlm`, the embedded model) gets the request's :class:`Urgency`, and
@@ -212,10 +181,11 @@ class QueuedLlm(Queued[LlmEngine]):
         *,
         tools: Sequence[ToolSpec] | None = None,
     ) -> LlmUsage:
-        engine = self.engine
-        return await self.runner.call(
-            lambda: engine.prefill(session_id, messages, cancel, tools=tools), clock
-        )
+        """:meth:`LlmEngine.prefill`: what it cost (nothing is generated)."""
+        engine, usage = self.engine, LlmUsage()
+        request = LlmRequest(session_id, messages, cancel, usage, tuple(tools or ()))
+        await self.runner.call(lambda: engine.prefill(request), clock)
+        return usage
 
     async def warm(
         self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken

@@ -50,7 +50,6 @@ QWEN = ToolFamily(
     name="qwen",
     call_open=CALL_OPEN,
     call_prefix=CALL_PREFIX,
-    arguments_key="arguments",
     call_close="\n" + CALL_CLOSE,
     markup=MARKUP,
     starts=(CALL_OPEN,),

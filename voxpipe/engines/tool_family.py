@@ -32,19 +32,21 @@ def _tojson(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolFamily:
     """A family's tool-call text. A call is written as ``call_open`` (a special token, or
     nothing), then ``call_prefix``, the name, ``'", "' + arguments_key + '": '``, the
-    arguments' JSON, ``}`` and ``call_close``."""
+    arguments' JSON, ``}`` and ``call_close``. The defaults are a bare JSON call,
+    ``{"name": ..., "arguments": {...}}``, with no token or tag around it: a family module
+    names only what its model writes otherwise."""
 
     name: str
-    call_open: str  # a single special token's text, or "" when calls open with JSON
-    call_prefix: str  # after call_open, up to the tool's name: written, not sampled
-    arguments_key: str  # "arguments", or Llama 3's "parameters"
-    call_close: str  # after the call's JSON (not generated: the engine stops at the brace)
-    markup: tuple[str, ...]  # tags a spoken reply must not say
-    starts: tuple[str, ...]  # special tokens that begin a call, where the vocabulary has them
+    call_open: str = ""  # a single special token's text, or "" when calls open with JSON
+    call_prefix: str = '{"name": "'  # after call_open, up to the tool's name: written, not sampled
+    arguments_key: str = "arguments"  # or Llama 3's "parameters"
+    call_close: str = ""  # after the call's JSON (not generated: the engine stops at the brace)
+    markup: tuple[str, ...] = ()  # tags a spoken reply must not say
+    starts: tuple[str, ...] = ()  # special tokens that begin a call, where the vocabulary has them
     # The conversation as the model's template takes it: OpenAI-style dicts, and the tools
     # for the template's ``tools`` variable (None: they are in the messages' text).
     chat: Callable[

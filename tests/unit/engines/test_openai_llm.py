@@ -20,9 +20,11 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     EngineError,
+    LlmRequest,
     LlmUsage,
     ToolCallDelta,
     ToolCallRequest,
+    ToolSpec,
 )
 from voxpipe.engines.openai_llm import OpenAiCompatibleLlm, _offered
 
@@ -243,11 +245,17 @@ def test_an_unreachable_server_is_an_engine_error() -> None:
 
 def test_prefill_asks_for_one_token_and_reads_the_cache_hit(server: tuple[str, Script]) -> None:
     url, script = server
-    usage = engine(url).prefill("s", MESSAGES, CancelToken())
+    usage = prefill(engine(url))
     assert script.seen[0].body["max_tokens"] == 1 and not script.seen[0].body["stream"]
     assert (usage.prompt_tokens, usage.reused_tokens, usage.prefill_tokens) == (40, 30, 10)
-    assert engine(url, prefill=False).prefill("s", MESSAGES, CancelToken()) == LlmUsage()
+    assert prefill(engine(url, prefill=False)) == LlmUsage()
     assert len(script.seen) == 1
+
+
+def prefill(llm: OpenAiCompatibleLlm, tools: tuple[ToolSpec, ...] = ()) -> LlmUsage:
+    usage = LlmUsage()
+    llm.prefill(LlmRequest("s", MESSAGES, CancelToken(), usage, tools))
+    return usage
 
 
 def test_every_refusal_is_reported_retried_or_not(server: tuple[str, Script]) -> None:
@@ -335,8 +343,8 @@ def test_without_tools_the_request_and_the_stream_are_as_before(
 
 def test_prefill_offers_the_tools_the_next_request_will(server: tuple[str, Script]) -> None:
     url, script = server
-    engine(url).prefill("s", MESSAGES, CancelToken(), tools=[BOOK])
-    engine(url).prefill("s", MESSAGES, CancelToken())
+    prefill(engine(url), (BOOK,))
+    prefill(engine(url))
     assert script.seen[0].body["tools"] == [BOOK.openai()]
     assert "tools" not in script.seen[1].body
 
