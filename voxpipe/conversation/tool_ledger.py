@@ -47,8 +47,8 @@ RESTARTED = (
     "it succeeded — check before retrying"
 )
 # What the caller hears when every call left running by a dead worker has an unknown
-# outcome: said as it is, not by the model (the 0.5B model read the error out, markup and
-# all). The model sees the result and these words on the next turn.
+# outcome: said as it is, not by the model (a small model may read the error out, markup
+# and all). The model sees the result and these words on the next turn.
 UNKNOWN_SAID = (
     "I'm sorry, we were cut off while I was doing that, and I can't tell whether it went "
     "through. I can check it for you."
@@ -57,7 +57,7 @@ CLOSE_GRACE_S = 1.0  # past a running tool's own timeout, before its outcome is 
 RUNNING = '{"status":"running","note":"still running: its result follows when it is done"}'
 MAX_RESULT_CHARS = 4000
 """A result longer than this reaches the model cut, with a note: a 200 KB record fills the
-context, and the model shown it recited its tool list instead of answering."""
+context, and a model shown one may recite its tool list instead of answering."""
 
 
 class ToolRefused(ValueError):

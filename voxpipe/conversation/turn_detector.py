@@ -104,8 +104,8 @@ class TurnDetector:
         # The bar this turn's speech opened at: no window at it counts as silence, so weak
         # speech that paused a reply holds the pause. Its voiced length (and so a barge-in's
         # min_interruption_ms) still counts only windows at the turn's threshold: measured
-        # at the lower bar, backchannels crossed min_interruption_ms and were stopped and
-        # resumed (a second or more of silence) instead of paused (bench overlap).
+        # at the lower bar, a backchannel would cross min_interruption_ms and stop the reply,
+        # to resume it after a second or more of silence, instead of pausing it.
         self._bar = config.threshold
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
