@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from voxpipe.agent import Tool
+from voxpipe.conversation.history import History
 from voxpipe.engines.base import ToolCallRequest
 
 log = logging.getLogger("voxpipe.tools")
@@ -89,6 +90,64 @@ class Question:
 
     turn_id: int
     fields: frozenset[str]
+
+
+class Confirmation:
+    """What a session waits for from its caller before a tool that asks first runs: the one
+    readback awaiting a yes (:attr:`pending`), and the values asked for (:attr:`question`).
+    Each is answered by the next turn only; :meth:`turn_done` drops what that turn left."""
+
+    def __init__(self, history: History) -> None:
+        self._history = history
+        self.pending: PendingAction | None = None
+        self.question: Question | None = None
+
+    def hold(self, action: PendingAction) -> None:
+        """``action`` was read back: it runs only if the next turn says yes."""
+        self.pending = action
+
+    def approved(self, transcript: str) -> ToolCallRequest | None:
+        """The call a turn that says ``transcript`` approves (a plain yes to the readback
+        still pending), else None; it is only taken by :meth:`take_approved`."""
+        if self.pending is None or consent_in(transcript) is not Consent.YES:
+            return None
+        return self.pending.request
+
+    def take_approved(self, turn_id: int, call: ToolCallRequest) -> bool:
+        """Whether turn ``turn_id`` may run ``call`` without a readback: it is the pending
+        call, read back by an earlier turn. Taking it ends the wait."""
+        pending = self.pending
+        if pending is None or pending.turn_id >= turn_id:
+            return False
+        if pending.request.call_id != call.call_id:
+            return False
+        self.pending = None
+        return True
+
+    def ask(self, turn_id: int, fields: Iterable[str]) -> None:
+        """Turn ``turn_id`` asked the caller for ``fields``: the next turn answers."""
+        self.question = Question(turn_id, frozenset(fields))
+
+    def answers(self, turn_id: int, name: str) -> bool:
+        """Whether turn ``turn_id`` answers a question for argument ``name``."""
+        asked = self.question
+        return asked is not None and asked.turn_id < turn_id and name in asked.fields
+
+    def caller_words(self) -> str:
+        """Everything the caller said in this call that the history still holds."""
+        return " ".join(m.content for m in self._history.turns if m.role == "user")
+
+    def own_names(self) -> frozenset[str]:
+        """The agent's own names, as its instructions in force give them."""
+        return own_names(self._history.system_prompt)
+
+    def turn_done(self, turn_id: int) -> None:
+        """A turn after the readback's has ended: whatever it said, the readback is no
+        longer what the caller answers (a yes two turns later is not to it)."""
+        if self.pending is not None and self.pending.turn_id < turn_id:
+            self.pending = None
+        if self.question is not None and self.question.turn_id < turn_id:
+            self.question = None
 
 
 def own_names(instructions: str) -> frozenset[str]:

@@ -80,6 +80,14 @@ class SessionUpdated(Event):
 
 
 @dataclass(frozen=True)
+class TurnScoped(Event):
+    """An event of one turn: ``turn_id`` is the turn whose caller words, reply or tool
+    call it tells of."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True)
 class SpeechStarted(Event):
     type: ClassVar[str] = "vad.speech_started"
     audio_ms: float  # position in the inbound audio, from the first sample of the call
@@ -93,33 +101,35 @@ class SpeechStopped(Event):
 
 
 @dataclass(frozen=True)
-class Transcript(Event):
-    type: ClassVar[str] = "transcript"
-    turn_id: int
+class CallerWords(TurnScoped):
+    """What the caller said in the turn; its kinds below, each its own type, so that a
+    transport tells a final transcript from a partial one."""
+
     text: str
 
 
 @dataclass(frozen=True)
-class TranscriptPartial(Event):
+class Transcript(CallerWords):
+    type: ClassVar[str] = "transcript"
+
+
+@dataclass(frozen=True)
+class TranscriptPartial(CallerWords):
     """The turn's words so far, while the caller is still speaking; the ``transcript``
     event that follows the turn's end is the final text and may differ."""
 
     type: ClassVar[str] = "transcript.partial"
-    turn_id: int
-    text: str
 
 
 @dataclass(frozen=True)
-class ResponseTextDelta(Event):
+class ResponseTextDelta(TurnScoped):
     type: ClassVar[str] = "response.text.delta"
-    turn_id: int
     delta: str
 
 
 @dataclass(frozen=True)
-class ResponseDone(Event):
+class ResponseDone(TurnScoped):
     type: ClassVar[str] = "response.done"
-    turn_id: int
     status: str  # completed | interrupted | cancelled | failed | empty
     text: str  # what the caller heard (all of it unless interrupted)
     audio_ms: float  # reply audio sent
@@ -131,63 +141,61 @@ class ResponseDone(Event):
 
 
 @dataclass(frozen=True)
-class ToolArgumentsDelta(Event):
+class ToolCallEvent(TurnScoped):
+    """A step of one tool call (``call_id``, of tool ``name``) that the turn made; its
+    kinds below."""
+
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolArgumentsDelta(ToolCallEvent):
     """A piece of a CLIENT tool's arguments as the model writes them, before its
     :class:`ToolStarted` (Realtime ``response.function_call_arguments.delta``; the native
     transport may drop these)."""
 
     type: ClassVar[str] = "tool.arguments.delta"
-    turn_id: int
-    call_id: str
-    name: str
     delta: str
 
 
 @dataclass(frozen=True)
-class ToolStarted(Event):
+class ToolStarted(ToolCallEvent):
     """The model called a tool, and the call is recorded: the server runs it now
     (``executor`` "server"), or the reply ends and the client runs it ("client")."""
 
     type: ClassVar[str] = "tool.started"
-    turn_id: int
-    call_id: str
-    name: str
     arguments: dict[str, Any]
     arguments_json: str
     executor: str = "server"  # server | client
 
 
 @dataclass(frozen=True)
-class ToolFinished(Event):
+class ToolFinished(ToolCallEvent):
     """A server tool's result is recorded in the history (``status``: ok, error, timeout,
     cancelled, unknown_outcome); ``output`` is the result as the model reads it."""
 
     type: ClassVar[str] = "tool.finished"
-    turn_id: int
-    call_id: str
-    name: str
     status: str
     duration_ms: float
     output: str = ""
 
 
 @dataclass(frozen=True)
-class PlaybackFlush(Event):
+class PlaybackFlush(TurnScoped):
     """The caller may be starting to talk over the reply: drop the reply frames still
     buffered now, so the agent falls silent at once. Unlike a clear, more may come: if the
     sound proves to be no turn, the audio the caller did not hear is sent again (new seqs).
     Only a transport that says it can (``SessionSinks.flushes``) is sent one."""
 
     type: ClassVar[str] = "playback.flush"
-    turn_id: int
 
 
 @dataclass(frozen=True)
-class PlaybackClear(Event):
+class PlaybackClear(TurnScoped):
     """Barge-in: drop every reply frame still buffered; none after ``last_seq`` will come."""
 
     type: ClassVar[str] = "playback.clear"
-    turn_id: int
     last_seq: int | None
 
 
@@ -221,9 +229,8 @@ class HistorySnapshot(Event):
 
 
 @dataclass(frozen=True)
-class TurnMetrics(Event):
+class TurnMetrics(TurnScoped):
     type: ClassVar[str] = "turn.metrics"
-    turn_id: int
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class History:
     def messages(self) -> list[ChatMessage]:
         """The conversation as the model is shown it: a tool's result comes with a request
         to tell the caller its outcome in words (``spoken.result_for_model``); shown bare,
-        the small model read it out as JSON. Every result is shown so, not only the last, so
+        a small model may read it out as JSON. Every result is shown so, not only the last, so
         that the prompt of the next turn begins as this one's did (its KV cache holds)."""
         system = self.system_prompt
         if self.summary:

@@ -8,9 +8,9 @@ turn that follows.
 
 The count is an estimate, not the engine's tokenizer: the remote engine has none to ask, and
 tokenizing a client's 200 KB of tools would hold the event loop. It counts
-:data:`BYTES_PER_TOKEN` bytes of UTF-8 a token. Qwen's tokenizer measures 2.6-2.7 bytes a
-token for JSON schemas and about 4 for English prose, so the estimate is a little short for
-tools and long for instructions; the quarter of the context kept for the conversation
+:data:`BYTES_PER_TOKEN` bytes of UTF-8 a token. A common BPE tokenizer takes 2.6-2.7 bytes
+a token for JSON schemas and about 4 for English prose, so the estimate is a little short
+for tools and long for instructions; the quarter of the context kept for the conversation
 (:data:`CONVERSATION_SHARE`) absorbs the difference, and a head the estimate accepts still
 leaves some 700 tokens of a 4,096 context. Text written to defeat it (a run of digits is a
 token a byte) can pass; then the turn fails with its own typed error

@@ -377,8 +377,8 @@ class Reply:
         self.stages.done(self.status, self.kept_text)  # a discarded turn's span says so
         if self.status is ReplyStatus.DISCARDED:
             return  # held work thrown away: the caller never knew of it
-        if self.ctx.ledger is not None:
-            self.ctx.ledger.turn_done(self.turn_id)  # a readback is answered by one turn only
+        if self.ctx.ledger is not None:  # a readback is answered by one turn only
+            self.ctx.ledger.confirmation.turn_done(self.turn_id)
         self.stages.split(self.tracker.started_playing_ns())
         tl.counters.update(
             status=self.status,

@@ -255,7 +255,7 @@ class ReplyRounds:
         ledger, transcript = self._ctx.ledger, self._asked.transcript
         if round_no or tools is None or ledger is None or transcript is None:
             return None
-        return ledger.approved(transcript)
+        return ledger.confirmation.approved(transcript)
 
     def _caller_said(self) -> str:
         """The caller's words this reply answers: its transcript, or for a reply a client

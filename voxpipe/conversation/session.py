@@ -387,12 +387,11 @@ class Session:
     def _start_held(self) -> None:
         """Preemption: answer the turn so far while the caller is still (maybe) pausing."""
         timeline = TurnTimeline(self.replies.last_turn_id + 1)
-        timeline.mark("speech_end", self._arrivals.of(self._detector.last_speech_end_sample))
-        timeline.counters["preempted"] = True
         detector = self._detector
-        heard = self._turn_judge.transcript_of(
-            detector.speech_start_sample, detector.last_speech_end_sample
-        )
+        start, end = detector.speech_span
+        timeline.mark("speech_end", self._arrivals.of(end))
+        timeline.counters["preempted"] = True
+        heard = self._turn_judge.transcript_of(start, end)
         held = self.replies.start(timeline, detector.turn_audio(), held=True, heard=heard)
         self._turns.held_started(held)
         self.counts["preempt_started"] += 1

@@ -1,8 +1,8 @@
 """Only words reach the caller: markup in a reply becomes words or goes.
 
-A TTS reads whatever it is given. Shown a tool's result, the 0.5B model wrote it back
-(``{"ok": true, "table": 12}`` was read aloud, braces, quotes and all), or wrote the call
-itself as JSON; a model may write markdown, code, ``<tool_call>`` tags or field names at any
+A TTS reads whatever it is given. Shown a tool's result, a small model may write it back
+(``{"ok": true, "table": 12}`` read aloud, braces, quotes and all), or write the call itself
+as JSON; any model may write markdown, code, ``<tool_call>`` tags or field names at any
 time. The engine's sampling rules bar a reply's ``{`` and backtick tokens
 (``engines/reply_rules.py``), but not a quote that opens ``"ok": true``, and a remote model
 has no such rules. So every reply's text passes through one :class:`SpeechFilter`
@@ -34,11 +34,10 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from voxpipe.engines.base import ChatMessage
 
-# After a result, the 0.5B model read it out (``>{"ok": true, "taxi_id": 12}``) or talked
-# about it ("This response indicates that..."); with this line after it, it told the caller
-# ("The taxi is booked successfully.", "The appointment is confirmed."). Of five wordings
-# tried on a taxi, a dental and a table booking and a failure, this one spoke to the caller
-# in each; giving the words of :func:`said_of` made the model copy them.
+# After a result, a small model may read it out (``>{"ok": true, "taxi_id": 12}``) or talk
+# about it ("This response indicates that..."); this line after it asks it to tell the
+# caller ("The taxi is booked successfully."). It names no words to say: a model given the
+# words of :func:`said_of` copies them.
 SAY_THE_RESULT = (
     "Tell the caller the outcome, speaking to them directly, in one short spoken sentence "
     "of plain words, with no JSON or field names."
@@ -53,7 +52,7 @@ _PLAIN_DROP = re.compile(r"[*#|~\\{}\[\]<>`\"]+")
 _TAG = re.compile(r"</?([A-Za-z_][\w:-]*)[^<>]*>")
 _TAG_PREFIX = re.compile(r"</?[A-Za-z_]?[\w:-]*[^<>]*\Z")
 _PAIR = re.compile(r'"([^"\\]+)"\s*:\s*("(?:[^"\\]|\\.)*"|true|false|null|-?\d+(?:\.\d+)?)')
-# Tags whose content is a call or code, not words (the model wrote a call as XML once).
+# Tags whose content is a call or code, not words (a model may write a call as XML).
 _DROPPED_TAGS = frozenset(
     {"tool_call", "tool_calls", "function_call", "function", "functions", "tools", "tool"}
     | {"arguments", "parameters", "invoke", "code", "script"}

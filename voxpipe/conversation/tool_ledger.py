@@ -33,13 +33,7 @@ from typing import Any
 
 from voxpipe.agent import Tool, Toolbox, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.agent.call_context import NO_CALL, CallContext
-from voxpipe.conversation.confirmation import (
-    Consent,
-    PendingAction,
-    Question,
-    consent_in,
-    own_names,
-)
+from voxpipe.conversation.confirmation import Confirmation
 from voxpipe.conversation.events import Event, ToolFinished
 from voxpipe.conversation.history import History
 from voxpipe.conversation.record import CallRecorder
@@ -53,8 +47,8 @@ RESTARTED = (
     "it succeeded — check before retrying"
 )
 # What the caller hears when every call left running by a dead worker has an unknown
-# outcome: said as it is, not by the model (the 0.5B model read the error out, markup and
-# all). The model sees the result and these words on the next turn.
+# outcome: said as it is, not by the model (a small model may read the error out, markup
+# and all). The model sees the result and these words on the next turn.
 UNKNOWN_SAID = (
     "I'm sorry, we were cut off while I was doing that, and I can't tell whether it went "
     "through. I can check it for you."
@@ -63,7 +57,7 @@ CLOSE_GRACE_S = 1.0  # past a running tool's own timeout, before its outcome is 
 RUNNING = '{"status":"running","note":"still running: its result follows when it is done"}'
 MAX_RESULT_CHARS = 4000
 """A result longer than this reaches the model cut, with a note: a 200 KB record fills the
-context, and the model shown it recited its tool list instead of answering."""
+context, and a model shown one may recite its tool list instead of answering."""
 
 
 class ToolRefused(ValueError):
@@ -110,7 +104,8 @@ class ToolLedger:
     """The tools of one session (its agent's, and a client's own) and every call's fate.
 
     ``persist`` saves the session's state (``Session.persist``); ``notify`` sends an event to
-    the client and ``closed`` says whether the call is over (nothing is sent then)."""
+    the client and ``closed`` says whether the call is over (nothing is sent then). A call
+    that asks the caller first waits in :attr:`confirmation` (``confirmation.py``), not here."""
 
     def __init__(
         self,
@@ -127,8 +122,7 @@ class ToolLedger:
         every server tool call gets it; the model never writes it."""
         self.toolbox = toolbox
         self._context = context
-        self.pending: PendingAction | None = None  # a readback awaiting the caller's yes
-        self.question: Question | None = None  # values asked for, awaiting the answer
+        self.confirmation = Confirmation(history)  # what a call that asks first awaits
         self._history = history
         self._recorder = recorder
         self._persist = persist
@@ -330,55 +324,6 @@ class ToolLedger:
             waiting += [c.call_id for c in message.tool_calls if c.call_id in self._runs]
         shown += [ChatMessage("tool", RUNNING, tool_call_id=c) for c in waiting]
         return shown
-
-    # -- calls that wait for the caller's yes (``confirmation.py``) ----------------------
-
-    def hold(self, action: PendingAction) -> None:
-        """``action`` was read back: it runs only if the next turn says yes."""
-        self.pending = action
-
-    def approved(self, transcript: str) -> ToolCallRequest | None:
-        """The call a turn that says ``transcript`` approves (a plain yes to the readback
-        still pending), else None; it is only taken by :meth:`take_approved`."""
-        if self.pending is None or consent_in(transcript) is not Consent.YES:
-            return None
-        return self.pending.request
-
-    def caller_words(self) -> str:
-        """Everything the caller said in this call that the history still holds."""
-        return " ".join(m.content for m in self._history.turns if m.role == "user")
-
-    def own_names(self) -> frozenset[str]:
-        """The agent's own names, as its instructions in force give them."""
-        return own_names(self._history.system_prompt)
-
-    def ask(self, turn_id: int, fields: Iterable[str]) -> None:
-        """Turn ``turn_id`` asked the caller for ``fields``: the next turn answers."""
-        self.question = Question(turn_id, frozenset(fields))
-
-    def answers(self, turn_id: int, name: str) -> bool:
-        """Whether turn ``turn_id`` answers a question for argument ``name``."""
-        asked = self.question
-        return asked is not None and asked.turn_id < turn_id and name in asked.fields
-
-    def take_approved(self, turn_id: int, call: ToolCallRequest) -> bool:
-        """Whether turn ``turn_id`` may run ``call`` without a readback: it is the pending
-        call, read back by an earlier turn. Taking it ends the wait."""
-        pending = self.pending
-        if pending is None or pending.turn_id >= turn_id:
-            return False
-        if pending.request.call_id != call.call_id:
-            return False
-        self.pending = None
-        return True
-
-    def turn_done(self, turn_id: int) -> None:
-        """A turn after the readback's has ended: whatever it said, the readback is no
-        longer what the caller answers (a yes two turns later is not to it)."""
-        if self.pending is not None and self.pending.turn_id < turn_id:
-            self.pending = None
-        if self.question is not None and self.question.turn_id < turn_id:
-            self.question = None
 
     # -- a restore on another worker, and the end of the call -----------------------------
 

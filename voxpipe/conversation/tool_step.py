@@ -187,26 +187,26 @@ class ToolRound:
         never gave, or the readback of a call that waits for their yes; None: run them.
         Arguments the tool refuses are not asked about: the call runs and fails, and the
         model reads why."""
-        ledger, turn_id = self._ledger, self._voice.turn_id
+        turn_id, confirmation = self._voice.turn_id, self._ledger.confirmation
         for call in calls:
-            tool = ledger.tool(call.name)
+            tool = self._ledger.tool(call.name)
             if tool is None or not tool.policy.confirm or call.error:
                 continue
-            if ledger.take_approved(turn_id, call):
+            if confirmation.take_approved(turn_id, call):
                 continue
             try:
                 valid = tool.validate(call.arguments)
             except InvalidArguments:
                 continue
-            answering = any(ledger.answers(turn_id, name) for name in call.arguments)
+            answering = any(confirmation.answers(turn_id, name) for name in call.arguments)
             answer = self._voice.caller_said() if answering else ""  # to our question
-            heard = ledger.caller_words()
-            unheard = unheard_fields(tool, call.arguments, heard, ledger.own_names(), answer)
+            heard, own = confirmation.caller_words(), confirmation.own_names()
+            unheard = unheard_fields(tool, call.arguments, heard, own, answer)
             if unheard:
-                ledger.ask(turn_id, unheard)
+                confirmation.ask(turn_id, unheard)
                 return question_for(unheard)
             said = readback(tool, call.arguments, valid)
-            ledger.hold(PendingAction(turn_id, call))
+            confirmation.hold(PendingAction(turn_id, call))
             return said
         return None
 

@@ -82,8 +82,9 @@ class TurnDetector:
         )
         self._min_speech = max(1, round(config.min_speech_ms * ms / window_samples))
         self._barge_in_speech = max(1, round(config.barge_in_min_speech_ms * ms / window_samples))
-        self._smart = config.end_of_turn == "smart_turn"
-        if self._smart:
+        # The turn model picks the silence that ends a turn (``end_of_turn: smart_turn``).
+        self.smart = config.end_of_turn == "smart_turn"
+        if self.smart:
             self._silence = max(1, round(config.smart_turn_max_silence_ms * ms / window_samples))
         else:
             self._silence = max(1, round(config.silence_ms * ms / window_samples))
@@ -104,8 +105,8 @@ class TurnDetector:
         # The bar this turn's speech opened at: no window at it counts as silence, so weak
         # speech that paused a reply holds the pause. Its voiced length (and so a barge-in's
         # min_interruption_ms) still counts only windows at the turn's threshold: measured
-        # at the lower bar, backchannels crossed min_interruption_ms and were stopped and
-        # resumed (a second or more of silence) instead of paused (bench overlap).
+        # at the lower bar, a backchannel would cross min_interruption_ms and stop the reply,
+        # to resume it after a second or more of silence, instead of pausing it.
         self._bar = config.threshold
         self._max_windows = int(config.max_turn_s * sample_rate / window_samples)
         pad = round(config.prefix_padding_ms * ms / window_samples)
@@ -119,11 +120,6 @@ class TurnDetector:
         self._start_sample = 0
         self._last_speech_end = 0
         self.samples = 0  # windows seen x window size: the detector's clock
-
-    @property
-    def smart(self) -> bool:
-        """The turn model picks the silence that ends a turn (``end_of_turn: smart_turn``)."""
-        return self._smart
 
     @property
     def in_speech(self) -> bool:
@@ -166,7 +162,7 @@ class TurnDetector:
         ends_at = self._ends_at or self._silence
         if self._silence_run >= ends_at or len(self._turn) >= self._max_windows:
             return self._end_turn()
-        if (self._smart or self.check_overlap) and self._silence_run == self._check:
+        if (self.smart or self.check_overlap) and self._silence_run == self._check:
             return TurnEvent(
                 TurnEventKind.END_CANDIDATE,
                 self._last_speech_end,
@@ -216,12 +212,9 @@ class TurnDetector:
         return np.concatenate([audio, np.zeros(missing * self.window, audio.dtype)])
 
     @property
-    def speech_start_sample(self) -> int:
-        return self._start_sample
-
-    @property
-    def last_speech_end_sample(self) -> int:
-        return self._last_speech_end
+    def speech_span(self) -> tuple[int, int]:
+        """Where the current turn's speech started and where it last ended (samples)."""
+        return self._start_sample, self._last_speech_end
 
     def speech_ms(self) -> float:
         """Voiced length of the current turn: its start to its last speech (0 outside speech)."""

@@ -67,7 +67,7 @@ async def test_anything_but_a_plain_yes_drops_the_call(
         await call.say()
         await call.idle()
     assert ran == []
-    assert call.session.ledger.pending is None
+    assert call.session.ledger.confirmation.pending is None
 
 
 async def test_a_name_the_caller_never_said_is_asked_for(make_call: Callable[..., Call]) -> None:
