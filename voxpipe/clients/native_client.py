@@ -25,7 +25,6 @@ import json
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ import websockets
 
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
-from voxpipe.clients.waiting import stop_tasks, wait_until
+from voxpipe.clients.waiting import Listening
 
 AUDIO_HEADER = struct.Struct("<II")
 
@@ -146,7 +145,7 @@ class _Playback:
 RESEND_FRAMES = 1500  # 30 s of 20 ms frames kept for a resend after a reconnect
 
 
-class NativeClient:
+class NativeClient(Listening):
     def __init__(
         self,
         url: str,
@@ -155,6 +154,7 @@ class NativeClient:
         ack_ms: int | None = None,
         report: bool = True,
     ) -> None:
+        super().__init__()
         self.url = url
         self.frame_ms = frame_ms
         self.input_rate = input_rate
@@ -171,13 +171,11 @@ class NativeClient:
         self.duplicate_frames: list[int] = []  # seqs received twice (must stay empty)
         self.duplicate_events: list[int] = []
         self._ws: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._line: deque[bytes] = deque()
         self._unsent: deque[Utterance] = deque()  # utterances whose last word is still queued
         self._last_speech_end_ns = 0
         self._frames_sent = 0
         self._cleared: dict[int, int] = {}  # turn_id -> last_seq at clear
-        self._changed = asyncio.Event()
         # Resume after a dropped connection: where the client is, and recent audio to resend.
         self.last_event_id = 0
         self.last_audio_seq = 0
@@ -186,12 +184,6 @@ class NativeClient:
         self._recent: deque[tuple[int, bytes]] = deque(maxlen=RESEND_FRAMES)
         self._sent_at: deque[tuple[int, int]] = deque(maxlen=RESEND_FRAMES)  # (end sample, ns)
         self._resend: deque[bytes] = deque()
-
-    async def __aenter__(self) -> NativeClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # -- connection -----------------------------------------------------------
 
@@ -410,10 +402,6 @@ class NativeClient:
         turn = self.turns.get(turn_id)
         return turn if turn is not None and turn.complete.is_set() else None
 
-    async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
-        """Wait until ``probe()`` returns something truthy, and return it."""
-        return await wait_until(probe, self._changed, timeout_s)
-
     async def wait_playback_done(self, tail_s: float = 0.3) -> None:
         """Listen until the reply has finished playing, then a short pause, like a caller."""
         await asyncio.sleep(self.playback.buffered_s + tail_s)
@@ -421,11 +409,8 @@ class NativeClient:
     async def send_raw(self, message: str | bytes) -> None:
         await self._ws.send(message)
 
-    async def _stop_tasks(self) -> None:
-        await stop_tasks(self._tasks)
-
     async def close(self) -> None:
-        await self._stop_tasks()
+        await super().close()
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.send(json.dumps({"type": "session.end"}))

@@ -21,7 +21,6 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +39,7 @@ from voxpipe.clients.line_messages import (
     read_media_mark_clear,
 )
 from voxpipe.clients.line_playback import Playback
-from voxpipe.clients.waiting import stop_tasks, wait_until
+from voxpipe.clients.waiting import Listening
 
 PLAYER_TICK_S = 0.005
 
@@ -53,12 +52,13 @@ class Said:
     sent: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class PhoneLine(LineMessages):
+class PhoneLine(LineMessages, Listening):
     """One call over a provider's media stream, played as the provider plays it (see the
     module's docstring); its provider's messages are the :class:`LineMessages` a subclass
     writes."""
 
     def __init__(self, url: str, custom_parameters: dict[str, str] | None = None) -> None:
+        super().__init__()
         self.url = url
         self.custom_parameters = custom_parameters or {}
         self.stream_sid = str(uuid.uuid4())
@@ -74,16 +74,8 @@ class PhoneLine(LineMessages):
         self._send_lock = asyncio.Lock()
         self._line: deque[bytes] = deque()
         self._said: deque[tuple[int, Said]] = deque()  # (frame number of its last frame, said)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._changed = asyncio.Event()
 
     # -- the stream ---------------------------------------------------------
-
-    async def __aenter__(self) -> PhoneLine:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def connect(self) -> None:
         self._ws = await websockets.connect(
@@ -216,10 +208,6 @@ class PhoneLine(LineMessages):
     def of(self, kind: str, since: float = 0.0) -> list[Received]:
         return [r for r in self.received if r.kind == kind and r.at >= since]
 
-    async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
-        """Wait until ``probe()`` returns something truthy, and return it."""
-        return await wait_until(probe, self._changed, timeout_s)
-
     async def hang_up(self) -> int | None:
         """End the call as the provider does; the server's close code."""
         await self._stop_tasks()
@@ -233,11 +221,8 @@ class PhoneLine(LineMessages):
         code: int | None = self._ws.close_code
         return code
 
-    async def _stop_tasks(self) -> None:
-        await stop_tasks(self._tasks)
-
     async def close(self) -> None:
-        await self._stop_tasks()
+        await super().close()
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()

@@ -20,7 +20,7 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from openai import AsyncOpenAI
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
 from voxpipe.clients.native_client import speech_end_sample
-from voxpipe.clients.waiting import wait_until
+from voxpipe.clients.waiting import Listening
 
 RATE = 24000  # the Realtime API's PCM16 rate, in and out
 FRAME_MS = 20
@@ -49,7 +49,7 @@ class Mark:
     sent: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class RealtimeLine:
+class RealtimeLine(Listening):
     """One call: ``async with RealtimeLine(url) as line: await line.connect(); line.say(...)``.
 
     ``url`` is the SDK's ``websocket_base_url`` (``ws://host:port/v1``); the SDK adds
@@ -57,6 +57,7 @@ class RealtimeLine:
     """
 
     def __init__(self, url: str, model: str = "gpt-realtime", api_key: str = "voxpipe") -> None:
+        super().__init__()
         self.url = url
         self.model = model
         self.api_key = api_key
@@ -70,14 +71,6 @@ class RealtimeLine:
         self._marks: deque[Mark] = deque()  # ascending frames, as queued
         self._frames_sent = 0
         self._ends_at = 0.0  # monotonic time the reply received so far finishes playing
-        self._tasks: list[asyncio.Task[None]] = []
-        self._changed = asyncio.Event()
-
-    async def __aenter__(self) -> RealtimeLine:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def connect(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Open the connection and start the line; returns ``session.created``'s session."""
@@ -154,17 +147,8 @@ class RealtimeLine:
     def event(self, kind: str) -> dict[str, Any] | None:
         return next((e for e in self.events if e.get("type") == kind), None)
 
-    async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
-        """Wait until ``probe()`` returns something truthy, and return it."""
-        return await wait_until(probe, self._changed, timeout_s)
-
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._tasks = []
+        await super().close()
         if self.connection is not None:
             with contextlib.suppress(Exception):
                 await self.connection.close()

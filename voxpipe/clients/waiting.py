@@ -1,6 +1,6 @@
 """What every test client waits on: a probe re-checked whenever the client hears something,
 and its background tasks stopped at the end. One copy for the native, Realtime and phone
-line clients, which each wake ``changed`` on every message they read."""
+line clients (:class:`Listening`), which each wake ``changed`` on every message they read."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 
 async def wait_until(probe: Callable[[], Any], changed: asyncio.Event, timeout_s: float) -> Any:
@@ -33,3 +33,29 @@ async def stop_tasks(tasks: list[asyncio.Task[Any]]) -> None:
         with contextlib.suppress(BaseException):
             await task
     tasks.clear()
+
+
+class Listening:
+    """A test client's background tasks (reading, sending, playing), each of which wakes
+    ``_changed`` on what it hears; ``async with`` closes the client at the end."""
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:
+        """Wait until ``probe()`` returns something truthy, and return it."""
+        return await wait_until(probe, self._changed, timeout_s)
+
+    async def _stop_tasks(self) -> None:
+        await stop_tasks(self._tasks)
+
+    async def close(self) -> None:
+        """Stop the tasks; a client closes its connection after that."""
+        await self._stop_tasks()

@@ -32,8 +32,8 @@ from aiortc.mediastreams import MediaStreamError
 
 from voxpipe.audio.pcm import float_to_pcm16
 from voxpipe.audio.resample import resample
+from voxpipe.transports.webrtc_media import RATE, read_caller_audio
 
-RATE = 48000
 FRAME_SAMPLES = 960  # 20 ms
 T = TypeVar("T")
 
@@ -116,21 +116,14 @@ class WebRTCClient:
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio" and self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read(track))
+            self._reader = asyncio.get_running_loop().create_task(
+                read_caller_audio(track, self._heard)
+            )
 
-    async def _read(self, track: MediaStreamTrack) -> None:
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            if not isinstance(frame, av.AudioFrame):
-                continue
-            for out in resampler.resample(frame):
-                self.audio += out.to_ndarray().tobytes()
-                self.frame_times.append(time.monotonic())
-            self._changed.set()
+    def _heard(self, pcm: bytes) -> None:
+        self.audio += pcm
+        self.frame_times.append(time.monotonic())
+        self._changed.set()
 
     def _on_message(self, message: str | bytes) -> None:
         if isinstance(message, str):

@@ -9,13 +9,16 @@ and it may close the call at any time by cancelling ``serve``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
+from starlette.types import Message
 from starlette.websockets import WebSocket
 
 from voxpipe.conversation.events import ErrorCode
@@ -48,6 +51,17 @@ class Transport(Protocol):
         ...
 
 
+class SocketConnection:
+    """One accepted WebSocket of a call (native, Realtime, a telephony provider's): the
+    socket, the call, and the services and config the server admitted the call with."""
+
+    def __init__(self, ws: WebSocket, call: Call) -> None:
+        self.ws = ws
+        self.call = call
+        self.services = call.services
+        self.cfg = call.services.config
+
+
 def call_send_buffer(ws: WebSocket, call: Call, peer: str, text_only: bool = False) -> SendBuffer:
     """The bounded buffer between a call's session and its socket; a ``peer`` that stops
     reading past the bound ends the call (slow_consumer)."""
@@ -68,6 +82,17 @@ def call_send_buffer(ws: WebSocket, call: Call, peer: str, text_only: bool = Fal
         ),
         age=call.services.metrics.buffer_age.labels("outbound"),
     )
+
+
+async def receive_by(ws: WebSocket, deadline: float | None) -> Message | None:
+    """The next message, or None once ``deadline`` (monotonic seconds) has passed first: a
+    connection has until ``server.start_timeout_s`` to start its session, and after that
+    (``deadline`` None) waits as long as the caller is quiet."""
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        return await asyncio.wait_for(ws.receive(), timeout)
+    except TimeoutError:
+        return None
 
 
 def describe_error(error: ValidationError, what: str = "event") -> str:

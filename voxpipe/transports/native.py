@@ -37,10 +37,12 @@ from voxpipe.conversation.saved_state import new_session_id
 from voxpipe.conversation.services import CallRecord
 from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
+    SocketConnection,
     call_send_buffer,
     describe_error,
     end_on_invalid_text,
     invalid_text,
+    receive_by,
 )
 from voxpipe.transports.call import Call, CloseCode, Rates, SessionSinks
 from voxpipe.transports.native_protocol import (
@@ -77,23 +79,14 @@ class NativeTransport:
         await NativeConnection(ws, call).run()
 
 
-class NativeConnection:
+class NativeConnection(SocketConnection):
     def __init__(self, ws: WebSocket, call: Call) -> None:
-        self.ws = ws
-        self.call = call
-        self.services = call.services
-        self.cfg = call.services.config
+        super().__init__(ws, call)
         self.session: Session | None = None
         self.outbound: Outbound | None = None
         self.sink = call_send_buffer(ws, call, "the client")
         self.sinks = SessionSinks(self.send_event, self.send_audio)
-        self.events = ClientEvents(
-            self.send_event,
-            lambda: self.session,
-            self._start,
-            self.cfg.server.max_message_bytes,
-            call.client_version,
-        )
+        self.events = ClientEvents.of_call(call, self.send_event, lambda: self.session, self._start)
 
     # -- sending ------------------------------------------------------------
 
@@ -129,10 +122,8 @@ class NativeConnection:
         hangup = True
         try:
             while True:
-                timeout = None if self.session else max(0.0, deadline - time.monotonic())
-                try:
-                    message = await asyncio.wait_for(self.ws.receive(), timeout)
-                except TimeoutError:
+                message = await receive_by(self.ws, None if self.session else deadline)
+                if message is None:
                     await self.error(ErrorCode.START_TIMEOUT, "no session.start received in time")
                     await self.sink.flush(1.0)
                     await self.ws.close(CloseCode.POLICY, "start_timeout: no session.start in time")

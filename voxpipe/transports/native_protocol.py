@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -32,8 +33,9 @@ from voxpipe.observability.client_labels import UNKNOWN
 from voxpipe.observability.latency_split import ClientTiming
 from voxpipe.observability.printable import PrintableId
 from voxpipe.transports.base import Undecodable, decode_json, describe_error
-from voxpipe.transports.call import Rates
+from voxpipe.transports.call import Call, Rates
 
+_Event = TypeVar("_Event", bound=BaseModel)
 OnSessionStart = Callable[[dict[str, Any]], Awaitable[None]]  # the event, as decoded
 
 
@@ -167,6 +169,7 @@ def started_event(
     )
 
 
+@dataclass(eq=False)
 class ClientEvents:
     """One connection's handling of the client's JSON events. Every malformed or unknown
     event gets a typed ``error`` and the connection carries on.
@@ -176,19 +179,24 @@ class ClientEvents:
     ``client`` is the connection's client label (``Call.client_version``).
     """
 
-    def __init__(
-        self,
+    send_event: SendEvent
+    session: Callable[[], Session | None]
+    on_start: OnSessionStart
+    max_message_bytes: int
+    client: str = UNKNOWN
+
+    @classmethod
+    def of_call(
+        cls,
+        call: Call,
         send_event: SendEvent,
         session: Callable[[], Session | None],
         on_start: OnSessionStart,
-        max_message_bytes: int,
-        client: str = UNKNOWN,
-    ) -> None:
-        self.send_event = send_event
-        self.session = session
-        self.on_start = on_start
-        self.max_message_bytes = max_message_bytes
-        self.client = client
+    ) -> ClientEvents:
+        """The events of ``call``'s connection, bounded by the configured message size and
+        labelled with its client."""
+        max_bytes = call.services.config.server.max_message_bytes
+        return cls(send_event, session, on_start, max_bytes, call.client_version)
 
     async def handle(self, text: str) -> bool:
         """Act on one text message; True when the client hangs up (``session.end``)."""
@@ -231,24 +239,32 @@ class ClientEvents:
             await self.error(ErrorCode.NOT_STARTED, f"send session.start before {what}")
         return session
 
-    async def _ack(self, payload: dict[str, Any]) -> None:
-        session = await self.started("playback.ack")
+    async def _parse(
+        self, kind: str, model: type[_Event], payload: dict[str, Any]
+    ) -> tuple[Session, _Event] | None:
+        """The session and the event, or None after telling the client what is missing
+        (``session.start``) or wrong with it."""
+        session = await self.started(kind)
         if session is None:
-            return
+            return None
         try:
-            ack = PlaybackAck.model_validate(payload)
+            return session, model.model_validate(payload)
         except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: {describe_error(exc)}")
+            await self.error(ErrorCode.INVALID_EVENT, f"{kind}: {describe_error(exc)}")
+            return None
+
+    async def _ack(self, payload: dict[str, Any]) -> None:
+        if (parsed := await self._parse("playback.ack", PlaybackAck, payload)) is None:
             return
+        session, ack = parsed
         if not session.playback_ack(ack.seq):
             await self.error(ErrorCode.INVALID_EVENT, f"playback.ack: no reply frame {ack.seq}")
 
     async def _update(self, payload: dict[str, Any]) -> None:
-        session = await self.started("session.update")
-        if session is None:
+        if (parsed := await self._parse("session.update", SessionUpdate, payload)) is None:
             return
+        session, update = parsed
         try:
-            update = SessionUpdate.model_validate(payload)
             turn = merge_turn(session.turn_config, update.turn)
         except ValidationError as exc:
             await self.error(ErrorCode.INVALID_EVENT, f"session.update: {describe_error(exc)}")
@@ -257,14 +273,9 @@ class ClientEvents:
         await self.send_event(SessionUpdated(config={"turn": turn.model_dump()}))
 
     async def _client_turn(self, payload: dict[str, Any]) -> None:
-        session = await self.started("client.turn")
-        if session is None:
+        if (parsed := await self._parse("client.turn", ClientTurn, payload)) is None:
             return
-        try:
-            report = ClientTurn.model_validate(payload)
-        except ValidationError as exc:
-            await self.error(ErrorCode.INVALID_EVENT, f"client.turn: {describe_error(exc)}")
-            return
+        session, report = parsed
         client = self.client  # named at connect; else the report's own word, bounded alike
         if client == UNKNOWN:
             client = session.services.metrics.client_version(report.client)

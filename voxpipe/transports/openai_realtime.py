@@ -54,6 +54,7 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.tool_ledger import ToolRefused
 from voxpipe.transports.base import (
+    SocketConnection,
     Undecodable,
     call_send_buffer,
     decode_json,
@@ -117,12 +118,9 @@ class RealtimeTransport:
         await RealtimeConnection(ws, call).run()
 
 
-class RealtimeConnection:
+class RealtimeConnection(SocketConnection):
     def __init__(self, ws: WebSocket, call: Call) -> None:
-        self.ws = ws
-        self.call = call
-        self.services = call.services
-        self.cfg = call.services.config
+        super().__init__(ws, call)
         vad = VadSettings.of(self.cfg.turn)
         self.settings = SessionSettings(
             # A token scoped to one session opens that session here too: the server names

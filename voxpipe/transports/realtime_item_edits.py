@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from voxpipe.conversation.session import Session
@@ -34,16 +35,14 @@ from voxpipe.transports.realtime_responses import Responses
 from voxpipe.transports.realtime_wire import RealtimeError, ServerEvents, new_id
 
 
+@dataclass(eq=False)
 class ItemEdits:
     """The ``conversation.item.*`` client events of one connection."""
 
-    def __init__(
-        self, out: ServerEvents, items: Items, responses: Responses, session: Session
-    ) -> None:
-        self.out = out
-        self.items = items
-        self.responses = responses
-        self.session = session
+    out: ServerEvents
+    items: Items
+    responses: Responses
+    session: Session
 
     async def create(self, payload: dict[str, Any]) -> None:
         create = ItemCreate.model_validate(payload)

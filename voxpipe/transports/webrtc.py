@@ -135,12 +135,8 @@ class WebRTCConnection:
             turn,
             offer.instructions,
         )
-        self.events = ClientEvents(
-            self.send_event,
-            lambda: self.session,
-            self._on_start,
-            self.cfg.server.max_message_bytes,
-            call.client_version,
+        self.events = ClientEvents.of_call(
+            call, self.send_event, lambda: self.session, self._on_start
         )
 
     # -- signalling -----------------------------------------------------------

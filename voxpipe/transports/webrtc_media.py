@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import fractions
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
+from voxpipe.audio.buffers import PlayoutBuffer
 from voxpipe.conversation.events import AudioOut
 
 RATE = 48000  # Opus's clock: the caller's audio arrives, and the reply leaves, at this rate
@@ -48,58 +48,24 @@ class ReplyTrack(MediaStreamTrack):
     ) -> None:
         super().__init__()
         self._clock, self._sleep = clock, sleep
-        self._max_bytes = max(FRAME_BYTES, max_buffer_ms * RATE // 1000 * 2)
         self._on_played = on_played
         self._on_dropped = on_dropped
-        self._queue: deque[tuple[int, bytes]] = deque()  # (seq, pcm) of unplayed frames
-        self._offset = 0  # bytes of the first queued frame already played
-        self._queued = 0  # bytes queued, not counting the played part of the first frame
+        self._buffer = PlayoutBuffer(max(FRAME_BYTES, max_buffer_ms * RATE // 1000 * 2))
         self._clock_start: float | None = None
         self._pts = 0
 
     @property
     def buffered_ms(self) -> float:
-        return self._queued / 2 * 1000 / RATE
+        return self._buffer.buffered_bytes / 2 * 1000 / RATE
 
     def push(self, frame: AudioOut) -> None:
-        if not frame.pcm:
-            return
-        self._queue.append((frame.seq, frame.pcm))
-        self._queued += len(frame.pcm)
-        dropped = 0
-        while self._queued > self._max_bytes and len(self._queue) > 1:
-            _, pcm = self._queue.popleft()
-            gone = len(pcm) - self._offset
-            self._queued -= gone
-            dropped += gone
-            self._offset = 0
+        dropped = self._buffer.push(frame.seq, frame.pcm)
         if dropped:
             self._on_dropped(dropped / 2 / RATE)
 
     def clear(self) -> None:
         """Barge-in: drop every buffered frame now."""
-        self._queue.clear()
-        self._queued = self._offset = 0
-
-    def _take(self) -> tuple[bytes, int | None]:
-        """The next frame's PCM (padded with silence) and the last reply frame it finished."""
-        parts: list[bytes] = []
-        need = FRAME_BYTES
-        finished: int | None = None
-        while need and self._queue:
-            seq, pcm = self._queue[0]
-            chunk = pcm[self._offset : self._offset + need]
-            parts.append(chunk)
-            need -= len(chunk)
-            self._offset += len(chunk)
-            self._queued -= len(chunk)
-            if self._offset >= len(pcm):
-                self._queue.popleft()
-                self._offset = 0
-                finished = seq
-        if need:
-            parts.append(bytes(need))
-        return b"".join(parts), finished
+        self._buffer.clear()
 
     async def _pace(self) -> None:
         now = self._clock()
@@ -117,20 +83,21 @@ class ReplyTrack(MediaStreamTrack):
         if self.readyState != "live":
             raise MediaStreamError
         await self._pace()
-        pcm, finished = self._take()
+        pcm, finished = self._buffer.take(FRAME_BYTES)
         frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
         frame.planes[0].update(pcm)
         frame.pts = self._pts
         frame.sample_rate = RATE
         frame.time_base = TIME_BASE
-        if finished is not None:
-            self._on_played(finished)
+        if finished:
+            self._on_played(finished[-1])
         return frame
 
 
 async def read_caller_audio(track: MediaStreamTrack, feed: Callable[[bytes], None]) -> None:
-    """Decoded caller frames (``av.AudioFrame``, usually s16 stereo 48 kHz) to PCM16 mono at
-    48 kHz, until the track ends."""
+    """A received track's decoded frames (``av.AudioFrame``, usually s16 stereo 48 kHz) to
+    PCM16 mono at 48 kHz, until the track ends: the caller's audio here, the reply's in the
+    WebRTC test client."""
     resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
     while True:
         try:

@@ -10,7 +10,6 @@ import pytest
 from voxpipe.transports.sip import rtp
 from voxpipe.transports.sip.dtmf import DtmfReceiver, event_payload
 from voxpipe.transports.sip.jitter import JitterBuffer, seq_delta
-from voxpipe.transports.sip.media import ReplyAudio
 
 
 def packet(seq: int, payload: bytes = b"\xff" * 160, pt: int = 0, ts: int = 0) -> rtp.RtpPacket:
@@ -103,24 +102,3 @@ def test_the_buffer_never_holds_more_than_its_depth() -> None:
     for seq in range(2, 200, 2):  # every other packet lost
         jitter.push(packet(seq))
         assert len(jitter._held) < 4
-
-
-def test_reply_audio_leaves_in_frames_and_says_which_reply_frames_finished() -> None:
-    reply = ReplyAudio()
-    reply.push(1, b"\1\0" * 100)
-    reply.push(2, b"\2\0" * 200)
-    pcm, done = reply.take(320)
-    assert pcm == b"\1\0" * 100 + b"\2\0" * 60 and done == [1]
-    pcm, done = reply.take(320)
-    assert pcm == b"\2\0" * 140 + b"\0\0" * 20 and done == [2]  # silence after the reply
-    assert reply.empty and reply.take(4) == (b"\0" * 4, [])
-
-
-def test_reply_audio_is_bounded_and_cleared() -> None:
-    reply = ReplyAudio(max_ms=100)  # 1600 bytes at 8 kHz
-    for seq in range(10):
-        reply.push(seq, b"\1\0" * 160)  # 20 ms each
-    _, done = reply.take(320)
-    assert done == [5]  # the five oldest frames were dropped
-    reply.clear()
-    assert reply.empty

@@ -27,7 +27,9 @@ from voxpipe.transports.sip.message import (
     Outgoing,
     SipMessage,
     SipRequest,
+    bracketed,
     new_branch,
+    new_request,
     uri_of,
 )
 
@@ -153,26 +155,25 @@ class Dialog:
         return self.invite.call_id
 
     def contact(self) -> str:
-        host, port = self.local_host, self.flow.local[1]
-        where = f"[{host}]" if ":" in host else host
-        return f"<sip:voxpipe@{where}:{port};transport={self.flow.transport.lower()}>"
+        where = bracketed(self.local_host)
+        return f"<sip:voxpipe@{where}:{self.flow.local[1]};transport={self.flow.transport.lower()}>"
 
     def request(self, method: str, user_agent: str, cseq: int | None = None) -> Outgoing:
         """A new in-dialog request from us: our tag in From, theirs in To (RFC 3261, 12.2.1).
         ``cseq``: the number it must carry (an ACK: its INVITE's); else the next one."""
         if cseq is None:
             self.cseq += 1
-        host, port = self.local_host, self.flow.local[1]
-        where = f"[{host}]" if ":" in host else host
-        out = Outgoing(f"{method} {self.remote_target} {SIP_VERSION}")
-        out.add("Via", f"{SIP_VERSION}/{self.flow.transport} {where}:{port};branch={new_branch()}")
-        out.add("Max-Forwards", "70")
-        for route in self.routes:
-            out.add("Route", route)
-        out.add("From", self.local)
-        out.add("To", self.remote)
-        out.add("Call-ID", self.call_id)
-        out.add("CSeq", f"{self.cseq if cseq is None else cseq} {method}")
-        out.add("Contact", self.contact())
+        where = f"{bracketed(self.local_host)}:{self.flow.local[1]}"
+        out = new_request(
+            method,
+            self.remote_target,
+            f"{SIP_VERSION}/{self.flow.transport} {where};branch={new_branch()}",
+            self.local,
+            self.remote,
+            self.call_id,
+            self.cseq if cseq is None else cseq,
+            self.contact(),
+            self.routes,
+        )
         out.add("User-Agent", user_agent)
         return out

@@ -24,9 +24,9 @@ import random
 import secrets
 import socket
 import time
-from collections import deque
 from typing import Protocol, cast
 
+from voxpipe.audio.buffers import PlayoutBuffer
 from voxpipe.transports.sip import rtp
 from voxpipe.transports.sip.codecs import FRAME_MS
 from voxpipe.transports.sip.dtmf import DtmfReceiver
@@ -50,55 +50,6 @@ class MediaListener(Protocol):
     def reply_played(self, seq: int) -> None: ...
 
     def rtp_dropped(self, reason: str) -> None: ...
-
-
-class ReplyAudio:
-    """The reply's PCM16 waiting to be sent, frame by frame, with the session's frame numbers.
-    Bounded (:data:`MAX_REPLY_MS`, the oldest dropped); :meth:`clear` drops it all."""
-
-    def __init__(self, rate: int = 8000, max_ms: int = MAX_REPLY_MS) -> None:
-        self._frames: deque[tuple[int, bytes]] = deque()
-        self._offset = 0  # bytes of the first frame already sent
-        self._bytes = 0
-        self._max_bytes = max_ms * rate // 1000 * 2
-
-    @property
-    def empty(self) -> bool:
-        return not self._frames
-
-    def push(self, seq: int, pcm: bytes) -> None:
-        if not pcm:
-            return
-        self._frames.append((seq, pcm))
-        self._bytes += len(pcm)
-        while self._bytes > self._max_bytes and len(self._frames) > 1:
-            _, dropped = self._frames.popleft()
-            self._bytes -= len(dropped) - self._offset
-            self._offset = 0
-
-    def clear(self) -> None:
-        self._frames.clear()
-        self._bytes = self._offset = 0
-
-    def take(self, size: int) -> tuple[bytes, list[int]]:
-        """``size`` bytes (silence after the last reply frame) and the frames they finish."""
-        parts: list[bytes] = []
-        finished: list[int] = []
-        need = size
-        while need and self._frames:
-            seq, pcm = self._frames[0]
-            chunk = pcm[self._offset : self._offset + need]
-            parts.append(chunk)
-            need -= len(chunk)
-            self._offset += len(chunk)
-            self._bytes -= len(chunk)
-            if self._offset >= len(pcm):
-                self._frames.popleft()
-                self._offset = 0
-                finished.append(seq)
-        if need:
-            parts.append(bytes(need))
-        return b"".join(parts), finished
 
 
 def bind_rtp(host: str, ports: tuple[int, int]) -> socket.socket:
@@ -139,7 +90,7 @@ class RtpMedia(asyncio.DatagramProtocol):
         self.listener = listener
         self.remote = chosen.remote
         self.codec = chosen.new_codec()
-        self.reply = ReplyAudio(self.codec.pcm_rate)
+        self.reply = PlayoutBuffer(MAX_REPLY_MS * self.codec.pcm_rate // 1000 * 2)
         self._frame_bytes = self.codec.pcm_rate * FRAME_MS // 1000 * 2  # PCM16 a packet
         self._frame_ticks = self.codec.clock_rate * FRAME_MS // 1000  # RTP clock a packet
         self.jitter = JitterBuffer(jitter_packets)

@@ -290,6 +290,38 @@ class Outgoing:
         return ("\r\n".join(lines) + "\r\n\r\n").encode() + self.body
 
 
+def bracketed(host: str) -> str:
+    """A host as a URI or Via writes it: an IPv6 address in brackets (RFC 3261, 25.1)."""
+    return f"[{host}]" if ":" in host else host
+
+
+def new_request(
+    method: str,
+    uri: str,
+    via: str,
+    from_: str,
+    to: str,
+    call_id: str,
+    cseq: int,
+    contact: str | None = None,
+    routes: Iterable[str] = (),
+) -> Outgoing:
+    """A request's head, the headers every request carries in the order RFC 3261 (8.1.1)
+    lists them; the caller adds what its method needs after them."""
+    out = Outgoing(f"{method} {uri} {SIP_VERSION}")
+    out.add("Via", via)
+    out.add("Max-Forwards", "70")
+    for route in routes:
+        out.add("Route", route)
+    out.add("From", from_)
+    out.add("To", to)
+    out.add("Call-ID", call_id)
+    out.add("CSeq", f"{cseq} {method}")
+    if contact is not None:
+        out.add("Contact", contact)
+    return out
+
+
 _ECHOED = (("via", "Via"), ("from", "From"), ("to", "To"), ("call-id", "Call-ID"), ("cseq", "CSeq"))
 
 

@@ -41,13 +41,13 @@ from voxpipe.transports.sip.dialog import CallState, Dialog, Flow
 from voxpipe.transports.sip.media import RtpMedia
 from voxpipe.transports.sip.message import (
     REASONS,
-    SIP_VERSION,
-    Outgoing,
     SipError,
     SipRequest,
     SipResponse,
+    bracketed,
     host_port,
     new_branch,
+    new_request,
     new_tag,
     parse,
 )
@@ -87,7 +87,7 @@ def target_for(to: str, config: SipConfig) -> Target:
     if config.registrar is None:
         raise DialFailed(400, "a number is dialled through a trunk: set sip.registrar")
     trunk = target_of(config.registrar)
-    host = f"[{trunk.host}]" if ":" in trunk.host else trunk.host
+    host = bracketed(trunk.host)
     tcp = ";transport=tcp" if trunk.transport == "tcp" else ""
     return Target(f"sip:{to}@{host}:{trunk.port}{tcp}", trunk.host, trunk.port, trunk.transport)
 
@@ -134,14 +134,16 @@ class Invite:
         self, cseq: int = 1, credentials: tuple[str, str] | None = None
     ) -> tuple[SipRequest, bytes]:
         """The INVITE, read as the callee will read it, and its bytes."""
-        out = Outgoing(f"INVITE {self.target.uri} {SIP_VERSION}")
-        out.add("Via", f"{self.via};branch={new_branch()};rport")
-        out.add("Max-Forwards", "70")
-        out.add("From", f"<{self.caller}>;tag={self.local_tag}")
-        out.add("To", f"<{self.target.uri}>")
-        out.add("Call-ID", self.call_id)
-        out.add("CSeq", f"{cseq} INVITE")
-        out.add("Contact", self.contact)
+        out = new_request(
+            "INVITE",
+            self.target.uri,
+            f"{self.via};branch={new_branch()};rport",
+            f"<{self.caller}>;tag={self.local_tag}",
+            f"<{self.target.uri}>",
+            self.call_id,
+            cseq,
+            self.contact,
+        )
         if credentials is not None:
             out.add(*credentials)
         out.add("Allow", ALLOW)
@@ -158,14 +160,15 @@ def in_transaction(invite: SipRequest, method: str, to: str | None = None) -> by
     answer's To): the INVITE's request URI, top Via (its branch), From, Call-ID and CSeq
     number (RFC 3261, 9.1 and 17.1.1.3)."""
     cseq = invite.cseq
-    out = Outgoing(f"{method} {invite.uri} {SIP_VERSION}")
-    out.add("Via", invite.headers.all("via")[0])
-    out.add("Max-Forwards", "70")
-    out.add("From", invite.headers.get("from") or "")
-    out.add("To", to or invite.headers.get("to") or "")
-    out.add("Call-ID", invite.call_id)
-    out.add("CSeq", f"{cseq.number if cseq else 1} {method}")
-    return out.encode()
+    return new_request(
+        method,
+        invite.uri,
+        invite.headers.all("via")[0],
+        invite.headers.get("from") or "",
+        to or invite.headers.get("to") or "",
+        invite.call_id,
+        cseq.number if cseq else 1,
+    ).encode()
 
 
 class OutboundCall(SipCall):
@@ -215,7 +218,7 @@ class OutboundCall(SipCall):
         address in it, From the configured caller id, the registration's address of
         record, or ``sip:voxpipe@<host>``."""
         config = admitted.services.config.sip
-        where = f"[{host}]" if ":" in host else host
+        where = bracketed(host)
         draft = Invite(
             target,
             config.caller_id or address_of_record(config) or f"sip:voxpipe@{where}",

@@ -31,9 +31,10 @@ from voxpipe.transports.sip.call import T1_S, T2_S
 from voxpipe.transports.sip.dialog import Flow
 from voxpipe.transports.sip.message import (
     SIP_VERSION,
-    Outgoing,
     SipResponse,
+    bracketed,
     new_branch,
+    new_request,
     new_tag,
     uri_of,
 )
@@ -183,16 +184,17 @@ class Registration:
         self._cseq += 1
         while not self._answers.empty():  # answers to an earlier REGISTER
             self._answers.get_nowait()
-        host, port = self._local_host(flow), flow.local[1]
-        where = f"[{host}]" if ":" in host else host
-        out = Outgoing(f"REGISTER {self._request_uri()} {SIP_VERSION}")
-        out.add("Via", f"{SIP_VERSION}/{flow.transport} {where}:{port};branch={new_branch()};rport")
-        out.add("Max-Forwards", "70")
-        out.add("From", f"<{self.aor}>;tag={self._tag}")
-        out.add("To", f"<{self.aor}>")
-        out.add("Call-ID", self.call_id)
-        out.add("CSeq", f"{self._cseq} REGISTER")
-        out.add("Contact", f"{contact};expires={expires_s}")
+        where = f"{bracketed(self._local_host(flow))}:{flow.local[1]}"
+        out = new_request(
+            "REGISTER",
+            self._request_uri(),
+            f"{SIP_VERSION}/{flow.transport} {where};branch={new_branch()};rport",
+            f"<{self.aor}>;tag={self._tag}",
+            f"<{self.aor}>",
+            self.call_id,
+            self._cseq,
+            f"{contact};expires={expires_s}",
+        )
         out.add("Expires", str(expires_s))
         if credentials is not None:
             out.add(*credentials)
@@ -222,8 +224,7 @@ class Registration:
         return self.target.uri
 
     def _contact(self, flow: Flow) -> str:
-        host = self._local_host(flow)
-        where = f"[{host}]" if ":" in host else host
+        where = bracketed(self._local_host(flow))
         transport = flow.transport.lower()
         return f"<sip:{self.username}@{where}:{flow.local[1]};transport={transport}>"
 

@@ -7,7 +7,8 @@ caller audio every 20-100 ms, key presses, echoes of marks once the audio before
 played, a way to drop what is buffered (barge-in), and an end. A provider's module
 (``twilio.py``, ``telnyx.py``, ...) only translates that dialect: a table of its messages
 (strict :class:`WireMessage` models), :meth:`Provider.inbound` turning one into an
-:class:`Inbound`, and three encoders (``media``, ``mark``, ``clear``); its class is then
+:class:`Inbound`, and three encoders (``media``, ``mark``, ``clear``: those of
+:class:`MediaMarkClear` where it takes Twilio's messages as they are); its class is then
 listed in ``PROVIDERS`` (``telephony/__init__.py``). Everything else, the call itself over
 the provider's socket, is ``media_stream.py``, once for all of them.
 """
@@ -19,7 +20,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,6 +83,19 @@ class TrackMedia(WireMessage):
     track: Literal["inbound", "outbound"]
     chunk: Numeral
     payload: str = Field(min_length=1)
+
+
+class _TrackAudio(Protocol):
+    """A media message's body that names its track (Twilio's, Telnyx's, Plivo's)."""
+
+    @property
+    def track(self) -> str: ...
+
+    @property
+    def chunk(self) -> int | str: ...
+
+    @property
+    def payload(self) -> str: ...
 
 
 # -- what a provider's message means ------------------------------------------------------
@@ -164,6 +178,14 @@ class Refused:
     fatal: bool = False
 
 
+def track_audio(stream: str, media: _TrackAudio) -> Audio | Ignored:
+    """Caller audio from a stream that may carry both legs of the call: the other leg (the
+    ``outbound`` track, ``<Start><Stream>`` with both tracks) is not the caller."""
+    if media.track != "inbound":
+        return Ignored(stream, "of the outbound track")
+    return Audio(stream, media.payload, f"media {media.chunk}")
+
+
 NO_INBOUND = Refused(ErrorCode.INVALID_EVENT, "start: no inbound track: nothing to answer", True)
 
 
@@ -213,3 +235,23 @@ class Provider(ABC):
         this provider's route, with ``parameters`` as the start's; the provider's id of it.
         A provider that dials sets this to its ``*_rest.dial``."""
         raise NotDialable("this provider places no outbound calls")
+
+
+class MediaMarkClear(Provider):
+    """A provider that takes Twilio's three messages as they are (``media``, ``mark`` and
+    ``clear``, in JSON), each naming the stream under ``stream_key`` where it names it."""
+
+    stream_key: ClassVar[str | None] = None
+
+    def media(self, stream: Started, payload: bytes) -> str:
+        return self._message("media", stream, {"media": {"payload": b64(payload)}})
+
+    def mark(self, stream: Started, name: str) -> str:
+        return self._message("mark", stream, {"mark": {"name": name}})
+
+    def clear(self, stream: Started) -> str:
+        return self._message("clear", stream, {})
+
+    def _message(self, event: str, stream: Started, body: dict[str, Any]) -> str:
+        named = {self.stream_key: stream.stream} if self.stream_key else {}
+        return compact({"event": event, **named, **body})

@@ -10,6 +10,7 @@ Exotel is the little-endian PCM16 of a WAV file, so both are here, named apart.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -33,6 +34,18 @@ def _swap16(data: bytes) -> bytes:
     return np.frombuffer(data, dtype="<u2").byteswap().tobytes()
 
 
+def _same(data: bytes) -> bytes:
+    return data
+
+
+_CODERS: dict[Encoding, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {
+    Encoding.MULAW: (ulaw_decode, ulaw_encode),  # (wire -> PCM16 LE, PCM16 LE -> wire)
+    Encoding.ALAW: (alaw_decode, alaw_encode),
+    Encoding.PCM16LE: (_same, _same),
+    Encoding.PCM16BE: (_swap16, _swap16),
+}
+
+
 @dataclass(frozen=True)
 class AudioFormat:
     """One direction's audio on the wire: its encoding and sample rate, mono."""
@@ -54,19 +67,11 @@ class AudioFormat:
 
     def decode(self, data: bytes) -> bytes:
         """Wire audio -> PCM16 LE (``data`` a whole number of samples)."""
-        if self.encoding is Encoding.MULAW:
-            return ulaw_decode(data)
-        if self.encoding is Encoding.ALAW:
-            return alaw_decode(data)
-        return _swap16(data) if self.encoding is Encoding.PCM16BE else data
+        return _CODERS[self.encoding][0](data)
 
     def encode(self, pcm16: bytes) -> bytes:
         """PCM16 LE -> wire audio."""
-        if self.encoding is Encoding.MULAW:
-            return ulaw_encode(pcm16)
-        if self.encoding is Encoding.ALAW:
-            return alaw_encode(pcm16)
-        return _swap16(pcm16) if self.encoding is Encoding.PCM16BE else pcm16
+        return _CODERS[self.encoding][1](pcm16)
 
     def __str__(self) -> str:
         return f"{self.encoding.value} {self.rate} Hz"

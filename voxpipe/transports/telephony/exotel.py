@@ -25,16 +25,14 @@ from voxpipe.transports.telephony.base import (
     Inbound,
     KeyInfo,
     MarkInfo,
+    MediaMarkClear,
     Numeral,
     Played,
-    Provider,
     Refused,
     Started,
     Stopped,
     TransferUnsupported,
     WireMessage,
-    b64,
-    compact,
     messages_of,
 )
 from voxpipe.transports.telephony.codec import AudioFormat, Encoding
@@ -99,11 +97,12 @@ class Stop(_StreamMessage):
     stop: StopInfo = Field(default_factory=StopInfo)
 
 
-class Exotel(Provider):
+class Exotel(MediaMarkClear):
     name = "exotel"
     title = "Exotel"
     messages = messages_of(Connected, Start, Media, Dtmf, Mark, Stop)
     start_event = "start"
+    stream_key = "stream_sid"
     frame_ms = FRAME_MS
 
     def inbound(self, message: WireMessage) -> Inbound | Refused:
@@ -134,17 +133,6 @@ class Exotel(Provider):
             return Played(sid, message.mark.name)
         assert isinstance(message, Stop)
         return Stopped(sid, f"Exotel sent stop ({message.stop.reason or 'no reason'})")
-
-    def media(self, stream: Started, payload: bytes) -> str:
-        return compact(
-            {"event": "media", "stream_sid": stream.stream, "media": {"payload": b64(payload)}}
-        )
-
-    def mark(self, stream: Started, name: str) -> str:
-        return compact({"event": "mark", "stream_sid": stream.stream, "mark": {"name": name}})
-
-    def clear(self, stream: Started) -> str:
-        return compact({"event": "clear", "stream_sid": stream.stream})
 
     async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
         """Exotel publishes no API that moves a live Voicebot call elsewhere: refused."""

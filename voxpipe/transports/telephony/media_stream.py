@@ -47,6 +47,7 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
+    SocketConnection,
     Undecodable,
     call_send_buffer,
     close_reason,
@@ -54,6 +55,7 @@ from voxpipe.transports.base import (
     describe_error,
     end_on_invalid_text,
     invalid_text,
+    receive_by,
 )
 from voxpipe.transports.call import Call, CloseCode, Rates, SessionSinks
 from voxpipe.transports.telephony.base import (
@@ -76,16 +78,13 @@ PENDING_MARKS = 1500  # marks awaiting their echo (30 s of 20 ms frames); the ol
 LOGGED_BAD_MESSAGES = 10  # per call; later ones are only counted
 
 
-class MediaStream:
+class MediaStream(SocketConnection):
     """One provider WebSocket: one call, one session, created at the start."""
 
     def __init__(self, ws: WebSocket, call: Call, provider: Provider) -> None:
-        self.ws = ws
-        self.call = call
+        super().__init__(ws, call)
         self.provider = provider
         self.log = logging.getLogger(f"voxpipe.{provider.name}")
-        self.services = call.services
-        self.cfg = call.services.config
         self.session: Session | None = None
         self.stream: Started | None = None
         self.bad_messages = 0
@@ -106,10 +105,8 @@ class MediaStream:
         deadline = time.monotonic() + self.cfg.server.start_timeout_s
         try:
             while True:
-                timeout = None if self.session else max(0.0, deadline - time.monotonic())
-                try:
-                    message = await asyncio.wait_for(self.ws.receive(), timeout)
-                except TimeoutError:
+                message = await receive_by(self.ws, None if self.session else deadline)
+                if message is None:
                     self._bad(ErrorCode.START_TIMEOUT, "no start message received in time")
                     await self._close(CloseCode.POLICY)
                     return

@@ -23,7 +23,6 @@ from voxpipe.observability.printable import PrintableId
 from voxpipe.transports import plivo_rest
 from voxpipe.transports.telephony.base import (
     NO_INBOUND,
-    Audio,
     Digit,
     Ignored,
     Inbound,
@@ -38,6 +37,7 @@ from voxpipe.transports.telephony.base import (
     b64,
     compact,
     messages_of,
+    track_audio,
 )
 from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
@@ -123,9 +123,7 @@ class Plivo(Provider):
         assert isinstance(message, _StreamMessage)
         sid = message.streamId
         if isinstance(message, Media):
-            if message.media.track != "inbound":
-                return Ignored(sid, "of the outbound track")
-            return Audio(sid, message.media.payload, f"media {message.media.chunk}")
+            return track_audio(sid, message.media)
         if isinstance(message, Dtmf):
             return Digit(sid, message.dtmf.digit)
         if isinstance(message, PlayedStream):

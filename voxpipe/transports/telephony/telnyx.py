@@ -20,24 +20,22 @@ from voxpipe.config import TelephonyConfig
 from voxpipe.observability.printable import PrintableId
 from voxpipe.transports import telnyx_rest
 from voxpipe.transports.telephony.base import (
-    Audio,
     Digit,
     Ignored,
     Inbound,
     KeyInfo,
     MarkInfo,
+    MediaMarkClear,
     Numeral,
     Played,
-    Provider,
     ProviderError,
     Refused,
     Started,
     Stopped,
     TrackMedia,
     WireMessage,
-    b64,
-    compact,
     messages_of,
+    track_audio,
 )
 from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
@@ -102,7 +100,7 @@ class Stop(_StreamMessage):
     event: Literal["stop"]
 
 
-class Telnyx(Provider):
+class Telnyx(MediaMarkClear):
     name = "telnyx"
     title = "Telnyx"
     messages = messages_of(Connected, Start, Media, Mark, Dtmf, Error, Stop)
@@ -126,9 +124,7 @@ class Telnyx(Provider):
                 about=f"Telnyx {info.media_format.encoding}",
             )
         if isinstance(message, Media):
-            if message.media.track != "inbound":
-                return Ignored(sid, "of the outbound track")
-            return Audio(sid, message.media.payload, f"media {message.media.chunk}")
+            return track_audio(sid, message.media)
         if isinstance(message, Mark):
             return Played(sid, message.mark.name)
         if isinstance(message, Dtmf):
@@ -138,15 +134,6 @@ class Telnyx(Provider):
             return ProviderError(sid, f"error {error.code}: {error.title}: {error.detail}")
         assert isinstance(message, Stop)
         return Stopped(sid, "Telnyx sent stop: the call hung up")
-
-    def media(self, stream: Started, payload: bytes) -> str:
-        return compact({"event": "media", "media": {"payload": b64(payload)}})
-
-    def mark(self, stream: Started, name: str) -> str:
-        return compact({"event": "mark", "mark": {"name": name}})
-
-    def clear(self, stream: Started) -> str:
-        return compact({"event": "clear"})
 
     async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
         """Call Control's transfer of the start's ``call_control_id`` (``telnyx_rest.py``):

@@ -22,20 +22,18 @@ from voxpipe.observability.printable import PrintableId
 from voxpipe.transports import twilio_rest
 from voxpipe.transports.telephony.base import (
     NO_INBOUND,
-    Audio,
     Digit,
     Ignored,
     Inbound,
     MarkInfo,
+    MediaMarkClear,
     Played,
-    Provider,
     Refused,
     Started,
     Stopped,
     WireMessage,
-    b64,
-    compact,
     messages_of,
+    track_audio,
 )
 from voxpipe.transports.telephony.codec import MULAW_8K
 
@@ -122,12 +120,13 @@ class Stop(_StreamMessage):
     stop: StopInfo
 
 
-class Twilio(Provider):
+class Twilio(MediaMarkClear):
     name = "twilio"
     title = "Twilio"
     messages = messages_of(Connected, Start, Media, Mark, Dtmf, Stop)
     dial = staticmethod(twilio_rest.dial)  # POST /v1/calls
     start_event = "start"
+    stream_key = "streamSid"
 
     def inbound(self, message: WireMessage) -> Inbound | Refused:
         if isinstance(message, Connected):
@@ -137,9 +136,7 @@ class Twilio(Provider):
         assert isinstance(message, _StreamMessage)
         sid = message.streamSid
         if isinstance(message, Media):
-            if message.media.track != "inbound":  # the other leg (<Start><Stream> both tracks)
-                return Ignored(sid, "of the outbound track")
-            return Audio(sid, message.media.payload, f"media {message.media.chunk}")
+            return track_audio(sid, message.media)
         if isinstance(message, Mark):
             return Played(sid, message.mark.name)
         if isinstance(message, Dtmf):
@@ -163,17 +160,6 @@ class Twilio(Provider):
             parameters=info.customParameters,
             about=f"{info.id_format}, tracks {','.join(info.tracks)}",
         )
-
-    def media(self, stream: Started, payload: bytes) -> str:
-        return compact(
-            {"event": "media", "streamSid": stream.stream, "media": {"payload": b64(payload)}}
-        )
-
-    def mark(self, stream: Started, name: str) -> str:
-        return compact({"event": "mark", "streamSid": stream.stream, "mark": {"name": name}})
-
-    def clear(self, stream: Started) -> str:
-        return compact({"event": "clear", "streamSid": stream.stream})
 
     async def transfer(self, config: TelephonyConfig, stream: Started, target: str) -> None:
         """Twilio's REST API updates the live call with ``<Dial>`` TwiML (``twilio_rest.py``),
