@@ -18,7 +18,7 @@ from tests.support import librivox_clips, start_server, stop_server, wait_ready
 from voxpipe.audio.pcm import read_wav
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.config import Config, LlmConfig, RemoteLlmConfig
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage
 from voxpipe.engines.loader import llm_model_path
 from voxpipe.engines.openai_llm import OpenAiCompatibleLlm
 from voxpipe.loadtest.server_process import free_port
@@ -146,7 +146,7 @@ async def test_several_calls_at_once_each_have_their_own_stream_and_cancel(
 
     async def ask(session: str, messages: list[ChatMessage], cancel: CancelToken) -> tuple:
         usage, parts = LlmUsage(), []
-        stream = llm.stream(session, messages, cancel, usage)
+        stream = llm.stream(LlmRequest(session, messages, cancel, usage))
         async with contextlib.aclosing(stream):
             async for delta in stream:
                 parts.append(delta)

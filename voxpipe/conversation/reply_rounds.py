@@ -32,7 +32,7 @@ from voxpipe.conversation.tool_step import (
     ToolRound,
     ends_on_result,
 )
-from voxpipe.engines.base import ChatMessage, LlmUsage, ToolCallDelta
+from voxpipe.engines.base import ChatMessage, LlmRequest, LlmUsage, ToolCallDelta
 from voxpipe.engines.runner import JobClock
 from voxpipe.observability.stages import StageTimer
 
@@ -236,18 +236,18 @@ class ReplyRounds:
     ) -> AsyncGenerator[LlmOutput, None]:
         if self._asked.say is not None:
             return _said(self._asked.say)
-        return self._ctx.services.llm.stream(
+        tools, tool_choice = offer
+        request = LlmRequest(
             self._ctx.session_id,
             messages,
             self._cancel,
             usage,
-            clock,
-            gate=self._audio.llm_gate,
-            tools=offer[0],
-            tool_choice=offer[1],
+            tools=tuple(tools or ()),
+            tool_choice=tool_choice,
             trace_headers=self._stages.trace_headers(),
             urgency=self._urgency,
         )
+        return self._ctx.services.llm.stream(request, clock, self._audio.llm_gate)
 
     def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
         """A caller's plain yes to the call read back last turn: that call is this

@@ -28,7 +28,7 @@ from typing import Any
 
 from voxpipe.conversation.history import History
 from voxpipe.conversation.services import Services
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, ToolSpec, Urgency
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage, ToolSpec, Urgency
 from voxpipe.engines.runner import EngineBusy, JobClock
 
 log = logging.getLogger("voxpipe.summarizer")
@@ -107,9 +107,10 @@ class Summarizer:
         parts: list[str] = []
         try:
             background = Urgency(held=True)  # never ahead of a caller's turn in the batch
-            stream = llm.stream(
-                f"{self.session_id}#summary", messages, cancel, usage, clock, urgency=background
+            request = LlmRequest(
+                f"{self.session_id}#summary", messages, cancel, usage, urgency=background
             )
+            stream = llm.stream(request, clock)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     if isinstance(delta, str):  # offered no tools, it can call none

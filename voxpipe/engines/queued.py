@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -122,50 +122,31 @@ class QueuedStt(Queued[SttEngine]):
 class QueuedLlm(Queued[LlmEngine]):
     def stream(
         self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        cancel: CancelToken,
-        usage: LlmUsage,
+        request: LlmRequest,
         clock: JobClock | None = None,
         gate: threading.Event | None = None,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: str = "auto",
-        trace_headers: Mapping[str, str] | None = None,
-        urgency: Urgency | None = None,
     ) -> AsyncGenerator[LlmOutput, None]:
-        """The reply's text deltas (and, with ``tools``, its tool calls; without, ``str``
-        items only) as the LLM makes them; while ``gate`` is clear the thread holds before
-        its next token (:meth:`EngineRunner.stream`). ``trace_headers`` go to the engine (a
-        remote one sends them).
+        """The reply's text deltas (and, with tools, its tool calls; without, ``str`` items
+        only) as the LLM makes them. ``clock`` and ``gate`` are the queue's, not the
+        request's: while ``gate`` is clear the thread holds before its next token
+        (:meth:`EngineRunner.stream`).
 
         This is the one place that knows whether the engine batches. A batching engine
         (:class:`BatchingLlm`, the embedded model) gets the request's :class:`Urgency`, and
         its queue wait ends when the request joins a step, not when a runner thread takes
         it (those threads only wait on the batch). A remote server batches on its own: its
-        requests simply run at once, one runner thread each.
+        requests simply run at once, one runner thread each, and carry no urgency.
         """
-        engine = self.engine
-        clock = clock or JobClock()
-        extra: dict[str, Any] = {}
+        engine, clock = self.engine, clock or JobClock()
+        urgency = None
         if isinstance(engine, BatchingLlm):
-            urgency = urgency or Urgency()
+            urgency = request.urgency or Urgency()
             if gate is not None and urgency.gate is None:
                 urgency.gate = gate
-            extra["urgency"] = urgency
+        request = replace(request, urgency=urgency)
 
         def produce() -> Iterator[LlmOutput]:
-            items = engine.stream(
-                session_id,
-                messages,
-                cancel,
-                usage,
-                tools=tools,
-                tool_choice=tool_choice,
-                trace_headers=trace_headers,
-                **extra,
-            )
-            for item in items:
+            for item in engine.generate(request):
                 if urgency is not None and urgency.joined_ns > clock.started_ns:
                     clock.started_ns = urgency.joined_ns
                 yield item

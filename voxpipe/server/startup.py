@@ -23,7 +23,14 @@ from voxpipe.agent import Agent, RunningAgent
 from voxpipe.config import Config
 from voxpipe.conversation.services import Filler
 from voxpipe.conversation.tool_step import phrases_of
-from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, Engines, LlmUsage
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    Engines,
+    LlmRequest,
+    LlmUsage,
+)
 from voxpipe.engines.llama_llm import WARMUP_SENTENCE
 from voxpipe.engines.loader import load_engines, warm_one
 from voxpipe.engines.model_files import ModelFileError
@@ -55,9 +62,8 @@ async def warm_agent(config: Config, llm: QueuedLlm, agent: RunningAgent) -> Non
         return
     system = ChatMessage("system", agent.agent.instructions)
     session, cancel = "__warmup_tools__", CancelToken()
-    stream = llm.stream(
-        session, [system, ChatMessage("user", WARMUP_SENTENCE)], cancel, LlmUsage(), tools=tools
-    )
+    messages = [system, ChatMessage("user", WARMUP_SENTENCE)]
+    stream = llm.stream(LlmRequest(session, messages, cancel, LlmUsage(), tuple(tools)))
     async with contextlib.aclosing(stream):
         async for _ in stream:
             pass

@@ -19,6 +19,7 @@ from voxpipe.conversation.events import ErrorEvent, ResponseDone
 from voxpipe.conversation.tool_ledger import ToolRefused
 from voxpipe.engines.base import (
     LlmOutput,
+    LlmRequest,
     PromptTooLong,
     ToolSpec,
 )
@@ -77,7 +78,7 @@ class TooLongLlm(FakeLlm):
     """An engine whose prompt's instructions and tools fill the context (as the llama.cpp
     engine raises it: ``tests/e2e/test_realtime_tool_safety.py`` runs the real one)."""
 
-    def stream(self, *args: Any, **kwargs: Any) -> Iterator[LlmOutput]:
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
         raise PromptTooLong("the instructions and tools alone take 5000 tokens")
 
 

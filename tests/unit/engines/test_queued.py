@@ -17,6 +17,8 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     Engines,
+    LlmOutput,
+    LlmRequest,
     LlmUsage,
     ToolCallDelta,
     ToolCallRequest,
@@ -61,7 +63,7 @@ async def test_each_call_runs_on_its_engines_runner_and_is_measured(
     assert probs == [1.0, 1.0]
 
     usage = LlmUsage()
-    deltas = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), usage)
+    deltas = engines.llm.stream(LlmRequest("s", [ChatMessage("user", "hi")], CancelToken(), usage))
     async with contextlib.aclosing(deltas):
         assert [d async for d in deltas] == ["Hello", " there", "."]
     assert usage.completion_tokens == 3
@@ -101,11 +103,12 @@ async def test_tools_pass_through_to_the_engine_and_calls_come_back(
     assert isinstance(engines.llm.engine, FakeLlm)
     engines.llm.engine.replies = [[ToolCallDelta("call_1", "opening_hours", "{}"), call]]
     tools = [ToolSpec("opening_hours", "When the restaurant is open.")]
-    items = engines.llm.stream("s", [ChatMessage("user", "open?")], CancelToken(), LlmUsage(),
-                               tools=tools)  # fmt: skip
+    items = engines.llm.stream(LlmRequest("s", [ChatMessage("user", "open?")], CancelToken(),
+                                          LlmUsage(), tuple(tools)))  # fmt: skip
     async with contextlib.aclosing(items):
         assert [i async for i in items][-1] == call
-    plain = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage())
+    plain = engines.llm.stream(LlmRequest("s", [ChatMessage("user", "hi")], CancelToken(),
+                                          LlmUsage()))  # fmt: skip
     async with contextlib.aclosing(plain):
         assert [d async for d in plain] == []  # no tools offered: no call made
     assert engines.llm.engine.tools == [tools, []]
@@ -126,11 +129,13 @@ class BatchingFake(FakeLlm):
     def share_cores(self, others_busy: Any) -> None:
         pass
 
-    def stream(self, *args: Any, urgency: Any = None, **kwargs: Any) -> Iterator[Any]:
+    def generate(self, request: LlmRequest) -> Iterator[LlmOutput]:
+        urgency = request.urgency
+        assert urgency is not None
         self.urgencies.append(urgency)
         time.sleep(0.05)  # waiting for the batch
         urgency.joined_ns = time.monotonic_ns()
-        return super().stream(*args, **kwargs)
+        return super().generate(request)
 
 
 async def test_a_batching_llm_gets_the_urgency_and_its_wait_ends_when_it_joins() -> None:
@@ -142,8 +147,9 @@ async def test_a_batching_llm_gets_the_urgency_and_its_wait_ends_when_it_joins()
     gate, clock = threading.Event(), JobClock()
     gate.set()
     try:
-        deltas = queued.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage(),
-                                   clock, gate, urgency=Urgency(held=True))  # fmt: skip
+        request = LlmRequest("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage(),
+                             urgency=Urgency(held=True))  # fmt: skip
+        deltas = queued.llm.stream(request, clock, gate)
         async with contextlib.aclosing(deltas):
             assert [d async for d in deltas] == ["Hello", " there", "."]
     finally:
@@ -157,7 +163,7 @@ async def test_a_batching_llm_gets_the_urgency_and_its_wait_ends_when_it_joins()
 
 async def test_a_plain_llm_gets_no_urgency(queued: tuple[QueuedEngines, Jobs]) -> None:
     engines, _ = queued
-    deltas = engines.llm.stream("s", [ChatMessage("user", "hi")], CancelToken(), LlmUsage(),
-                                urgency=Urgency())  # fmt: skip
+    deltas = engines.llm.stream(LlmRequest("s", [ChatMessage("user", "hi")], CancelToken(),
+                                           LlmUsage(), urgency=Urgency()))  # fmt: skip
     async with contextlib.aclosing(deltas):
         assert [d async for d in deltas] == ["Hello", " there", "."]
