@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 from voxpipe.agent import Agent, RunningAgent
 from voxpipe.config import Config
+from voxpipe.config.engine_registry import ENGINES
 from voxpipe.conversation.services import Filler
 from voxpipe.conversation.tool_step import phrases_of
 from voxpipe.engines.base import CancelToken, ChatMessage, EngineError, Engines, LlmUsage
-from voxpipe.engines.llama_llm import WARMUP_SENTENCE
 from voxpipe.engines.loader import load_engines, warm_one
 from voxpipe.engines.model_files import ModelFileError
 from voxpipe.engines.queued import QueuedEngines, QueuedLlm, Runners
@@ -34,6 +34,12 @@ from voxpipe.server.store import open_store
 from voxpipe.server.webrtc_offers import WebRTCOffers
 
 log = logging.getLogger("voxpipe.server")
+
+CALLER_SENTENCE = (
+    "Hi, I would like to book a table for four people tomorrow evening at seven, "
+    "and one of us is vegetarian."
+)
+"""A caller's sentence of typical length (about 25 tokens), which the agent's warm-up answers."""
 
 EnginesLoader = Callable[[Config], Engines]
 """Loads the engines without running them: the server warms each one on its runner."""
@@ -46,17 +52,18 @@ async def warm_up(engines: QueuedEngines) -> None:
 
 
 async def warm_agent(config: Config, llm: QueuedLlm, agent: RunningAgent) -> None:
-    """With tools, the embedded model's prompt starts with the agent's instructions and its
-    tools (a chat template may put them in the system message), and its first reply takes the
-    tool path (the decision on the first token, its scan of the vocabulary, the grammar):
-    run that once now, on the LLM's thread, and leave the prompt's KV in the context."""
+    """With tools, every call's prompt starts with the agent's instructions and its tools (a
+    chat template may put them in the system message), and its first reply takes the tool
+    path (the decision on the first token, its scan of the vocabulary, the grammar). For an
+    engine that keeps its prompts' KV in this process (``keeps_prompt_cache``), run that once
+    now, on the LLM's thread, and leave the prompt's KV in the context."""
     tools = agent.toolbox.specs()
-    if not tools or config.llm.engine != "llama":
+    if not tools or not ENGINES.get("llm", config.llm.engine).keeps_prompt_cache:
         return
     system = ChatMessage("system", agent.agent.instructions)
     session, cancel = "__warmup_tools__", CancelToken()
     stream = llm.stream(
-        session, [system, ChatMessage("user", WARMUP_SENTENCE)], cancel, LlmUsage(), tools=tools
+        session, [system, ChatMessage("user", CALLER_SENTENCE)], cancel, LlmUsage(), tools=tools
     )
     async with contextlib.aclosing(stream):
         async for _ in stream:
