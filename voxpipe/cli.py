@@ -76,7 +76,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level=config.server.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     secrets = _configured_secrets(config)
     redact = redaction.install(secrets)  # the supervisor's log, and ours before uvicorn starts
     json_logs = config.server.log_format == "json"  # workers read the same config and env

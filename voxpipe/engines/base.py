@@ -199,6 +199,14 @@ class ToolCallDelta:
 LlmOutput = str | ToolCallDelta | ToolCallRequest  # what a stream with tools yields
 
 
+CALLER_SENTENCE = (
+    "Hi, I would like to book a table for four people tomorrow evening at seven, "
+    "and one of us is vegetarian."
+)
+"""A caller's sentence of typical length (about 25 tokens): what an LLM's warm-up answers,
+so that the first real turn finds its code paths and buffers already sized."""
+
+
 @dataclass(frozen=True)
 class ChatMessage:
     """One message of the conversation. An assistant message may carry the tool calls it

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from voxpipe.engines.base import (
+    CALLER_SENTENCE,
     CancelToken,
     ChatMessage,
     LlmEngine,
@@ -64,12 +65,6 @@ from voxpipe.engines.tool_family import ToolFamily
 # A turn judgement evaluates at most this many tokens beyond the call's cached prefix (the
 # caller's words, about 10 ms a token in a batch on 2 cores): more is not judged.
 JUDGE_MAX_PREFILL = 48
-
-# A caller's sentence of typical length (about 25 tokens), for the warm-up.
-WARMUP_SENTENCE = (
-    "Hi, I would like to book a table for four people tomorrow evening at seven, "
-    "and one of us is vegetarian."
-)
 
 
 class LlamaLlm(LlmEngine):
@@ -334,7 +329,7 @@ class LlamaLlm(LlmEngine):
         pages the weights in and sizes every compute buffer; it leaves the system prompt's
         KV in the context, where every new call's prompt starts."""
         system = ChatMessage("system", self._warmup_system_prompt)
-        first = [system, ChatMessage("user", WARMUP_SENTENCE)]
+        first = [system, ChatMessage("user", CALLER_SENTENCE)]
         tools = self._warmup_tools or None  # the agent's: its calls start from this prompt
 
         def reply(session_id: str, messages: list[ChatMessage]) -> str:

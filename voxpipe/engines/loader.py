@@ -60,7 +60,7 @@ def load_turn_model(config: Config) -> TurnModel | None:
     """The turn model ``turn_model.engine`` chooses, when turns may end by it
     (``turn.end_of_turn``, or a Realtime client's ``semantic_vad`` with
     ``turn.semantic_vad``); else no model at all."""
-    if config.turn.end_of_turn != "smart_turn" and not config.turn.semantic_vad:
+    if not config.turn.by_model and not config.turn.semantic_vad:
         return None
     return cast(TurnModel, factory_for("turn", config).build(config, BuildContext()))
 

@@ -260,6 +260,8 @@ class WhisperFactory:
     """Builds Whisper from the ``stt`` section (``stt.engine: whisper``)."""
 
     def build(self, config: Config, context: BuildContext) -> WhisperStt:
+        # faster-whisper logs a line at INFO for every transcription: too many for a server
+        logging.getLogger("faster_whisper").setLevel(logging.WARNING)
         stt = config.stt
         return WhisperStt(
             stt.model_path,

@@ -21,9 +21,11 @@ from collections.abc import Callable
 
 from voxpipe.agent import Agent, RunningAgent
 from voxpipe.config import Config
+from voxpipe.config.engine_registry import ENGINES
 from voxpipe.conversation.services import Filler
 from voxpipe.conversation.tool_step import phrases_of
 from voxpipe.engines.base import (
+    CALLER_SENTENCE,
     CancelToken,
     ChatMessage,
     EngineError,
@@ -31,7 +33,6 @@ from voxpipe.engines.base import (
     LlmRequest,
     LlmUsage,
 )
-from voxpipe.engines.llama_llm import WARMUP_SENTENCE
 from voxpipe.engines.loader import load_engines, warm_one
 from voxpipe.engines.model_files import ModelFileError
 from voxpipe.engines.queued import QueuedEngines, QueuedLlm, Runners
@@ -53,16 +54,17 @@ async def warm_up(engines: QueuedEngines) -> None:
 
 
 async def warm_agent(config: Config, llm: QueuedLlm, agent: RunningAgent) -> None:
-    """With tools, the embedded model's prompt starts with the agent's instructions and its
-    tools (a chat template may put them in the system message), and its first reply takes the
-    tool path (the decision on the first token, its scan of the vocabulary, the grammar):
-    run that once now, on the LLM's thread, and leave the prompt's KV in the context."""
+    """With tools, every call's prompt starts with the agent's instructions and its tools (a
+    chat template may put them in the system message), and its first reply takes the tool
+    path (the decision on the first token, its scan of the vocabulary, the grammar). For an
+    engine that keeps its prompts' KV in this process (``keeps_prompt_cache``), run that once
+    now, on the LLM's thread, and leave the prompt's KV in the context."""
     tools = agent.toolbox.specs()
-    if not tools or config.llm.engine != "llama":
+    if not tools or not ENGINES.get("llm", config.llm.engine).keeps_prompt_cache:
         return
     system = ChatMessage("system", agent.agent.instructions)
     session, cancel = "__warmup_tools__", CancelToken()
-    messages = [system, ChatMessage("user", WARMUP_SENTENCE)]
+    messages = [system, ChatMessage("user", CALLER_SENTENCE)]
     stream = llm.stream(LlmRequest(session, messages, cancel, LlmUsage(), tuple(tools)))
     async with contextlib.aclosing(stream):
         async for _ in stream:

@@ -3,6 +3,7 @@ builds it, ``voxpipe models`` and the configuration reference list it."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,3 +94,32 @@ def test_the_remote_llm_is_built_through_its_factory() -> None:
         llm.close()  # type: ignore[attr-defined]
     info = {i.stage: i for i in describe_models(Config(llm={"engine": "openai"}))}["llm"]
     assert info.remote and info.engine == "openai-compatible"
+
+
+PACKAGE = Path(__file__).resolve().parents[3] / "voxpipe"
+END_OF_TURN_VALUE = {
+    "config/turn.py",
+    "conversation/turn_detector.py",
+    "transports/realtime_session.py",
+}
+"""Where ``smart_turn`` is ``turn.end_of_turn``'s value (a public setting), not the engine."""
+
+
+def test_outside_the_engines_no_module_names_an_engine() -> None:
+    """The rest of the package asks the registry or an engine what it can do (its entry's
+    ``keeps_prompt_cache``, the protocols of ``engines/base.py``), never which engine it is:
+    no module names a registered engine, or imports an engine's module."""
+    names = {entry.name for entry in ENGINES.entries()}
+    modules = {entry.factory.partition(":")[0] for entry in ENGINES.entries()}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where.startswith("engines/") or where == "config/engine_registry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if isinstance(node, ast.Constant) and node.value in names:
+                if not (node.value == "smart_turn" and where in END_OF_TURN_VALUE):
+                    found.append(f"{where}:{node.lineno} {node.value!r}")
+            elif isinstance(node, ast.ImportFrom) and node.module in modules:
+                found.append(f"{where}:{node.lineno} imports {node.module}")
+    assert found == []
