@@ -22,9 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from voxpipe.audio.framer import Pcm16Framer
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import StreamResampler
+from voxpipe.audio.pcm import Pcm16Framer, StreamResampler, float_to_pcm16
 from voxpipe.conversation.events import AudioOut, SendAudio
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.services import Services

@@ -43,8 +43,7 @@ from typing import Any
 import numpy as np
 
 from voxpipe.agent.call_context import checked_caller
-from voxpipe.audio.pcm import pcm16_to_float
-from voxpipe.audio.resample import StreamResampler
+from voxpipe.audio.pcm import StreamResampler, pcm16_to_float
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.call_control import CallControl
 from voxpipe.conversation.client_commands import ClientCommands
