@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.overlap import BACKCHANNELS, INTERRUPTIONS, LEAD_S, VOICES, _voice
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import resample
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
 

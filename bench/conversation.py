@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from bench import turn_taking
-from voxpipe.audio.pcm import read_wav
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import read_wav, resample
 from voxpipe.clients.native_client import NativeClient
 from voxpipe.config import Config
 from voxpipe.loadtest.server_process import ServerProcess

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, resample
 
 T = TypeVar("T")
 RATE = 24000

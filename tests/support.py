@@ -1,8 +1,10 @@
-"""Test helpers: real speech clips with transcripts, and a real server in a subprocess."""
+"""Test helpers: real speech clips with transcripts, a real server in a subprocess, and the
+causal order a turn's timeline must keep."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import socket
@@ -110,6 +112,30 @@ async def metrics_text(server: ServerProcess) -> str:
         response = await http.get(f"{server.http}/metrics")
     assert response.status_code == 200
     return response.text
+
+
+# What must precede what in a turn's timeline (``observability/timeline.py``). A preempted
+# turn (STT and LLM begun during the caller's pause) may reach stt_done, the first token,
+# even the first TTS audio, before eot: causality still holds, and no audio is sent before
+# the end of the turn.
+CAUSAL_CHAIN: tuple[str, ...] = (
+    "speech_end", "stt_done", "llm_request", "llm_first_token", "first_clause",
+    "tts_first_chunk", "first_audio_sent", "response_done",
+)  # fmt: skip
+EOT_CHAIN: tuple[str, ...] = ("speech_end", "eot", "first_audio_sent")
+
+
+def order_violations(offsets_ms: dict[str, float]) -> list[str]:
+    """Pairs of recorded stages out of causal order (empty when the timeline is sound)."""
+    bad = []
+    for chain in (CAUSAL_CHAIN, EOT_CHAIN):
+        present = [s for s in chain if s in offsets_ms]
+        bad += [
+            f"{a} ({offsets_ms[a]}) after {b} ({offsets_ms[b]})"
+            for a, b in itertools.pairwise(present)
+            if offsets_ms[a] > offsets_ms[b]
+        ]
+    return bad
 
 
 def metric_value(text: str, sample: str) -> float | None:

@@ -26,8 +26,7 @@ import numpy as np
 
 from bench.tool_eval.dataset import PIPER, TWILIO, Utterance
 from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, write_wav
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
 from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from bench.stt import normalize
-from tests.support import ALSA, RunningServer, librivox_clips
+from tests.support import ALSA, RunningServer, librivox_clips, order_violations
 from voxpipe.audio.pcm import pcm16_to_float, read_wav
 from voxpipe.clients.native_client import NativeClient
-from voxpipe.observability.timeline import OPTIONAL_STAGES, STAGES, order_violations
+from voxpipe.observability.timeline import OPTIONAL_STAGES, STAGES
 
 pytestmark = pytest.mark.e2e
 

@@ -43,8 +43,7 @@ from tests.support import (
     tracebacks,
     voiced,
 )
-from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, write_wav
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
 from voxpipe.config import Config
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.whisper_stt import WhisperStt

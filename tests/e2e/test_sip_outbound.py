@@ -32,8 +32,7 @@ from tests.e2e.test_sip import (
     _wav,
 )
 from tests.support import RunningServer, free_sip_port, normalised, serving, tracebacks, voiced
-from voxpipe.audio.pcm import pcm16_to_float
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import pcm16_to_float, resample
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.whisper_stt import WhisperStt
 

@@ -21,8 +21,7 @@ import pytest
 
 from tests.e2e.test_twilio import _norm, _turns
 from tests.support import RunningServer, librivox_clips, voiced
-from voxpipe.audio.pcm import pcm16_to_float, read_wav
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import pcm16_to_float, read_wav, resample
 from voxpipe.clients.phone_line import CLEAR, MEDIA, PhoneLine
 from voxpipe.clients.telephony_clients import ExotelLine, PlivoLine, TelnyxLine, VonageLine
 from voxpipe.engines.base import STT_SAMPLE_RATE

@@ -16,8 +16,7 @@ import pytest
 
 from bench.stt import corpus_wer, normalize
 from tests.support import ALSA, CARDS, librivox_clips
-from voxpipe.audio.pcm import read_wav
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import read_wav, resample
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.whisper_stt import WhisperStt
 from voxpipe.engines.whisper_window import (

@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, resample
 from voxpipe.clients.waiting import Listening
 
 AUDIO_HEADER = struct.Struct("<II")

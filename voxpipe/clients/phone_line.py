@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, resample
 from voxpipe.clients.line_messages import (
     CLEAR,
     MARK,

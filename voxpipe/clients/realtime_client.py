@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 from openai import AsyncOpenAI
 
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, resample
 from voxpipe.clients.native_client import speech_end_sample
 from voxpipe.clients.waiting import Listening
 

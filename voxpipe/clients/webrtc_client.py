@@ -30,8 +30,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError
 
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import resample
+from voxpipe.audio.pcm import float_to_pcm16, resample
 from voxpipe.transports.webrtc_media import RATE, read_caller_audio
 
 FRAME_SAMPLES = 960  # 20 ms

@@ -53,8 +53,7 @@ from voxpipe.engines.base import (
 )
 from voxpipe.engines.runner import EngineBusy, JobClock
 from voxpipe.observability.logs import log_context
-from voxpipe.observability.stages import StageTimer
-from voxpipe.observability.timeline import BargeIn, TurnTimeline
+from voxpipe.observability.timeline import BargeIn, StageTimer, TurnTimeline
 
 log = logging.getLogger("voxpipe.reply")
 

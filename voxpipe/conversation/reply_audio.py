@@ -22,15 +22,13 @@ from typing import Protocol
 
 import numpy as np
 
-from voxpipe.audio.framer import Pcm16Framer
-from voxpipe.audio.pcm import float_to_pcm16
-from voxpipe.audio.resample import StreamResampler
+from voxpipe.audio.pcm import Pcm16Framer, StreamResampler, float_to_pcm16
 from voxpipe.conversation.events import AudioOut, SendAudio
 from voxpipe.conversation.playback import Pacer, PlaybackTracker
 from voxpipe.conversation.services import Services
 from voxpipe.engines.base import CancelToken, Urgency
 from voxpipe.engines.runner import JobClock
-from voxpipe.observability.stages import StageTimer
+from voxpipe.observability.timeline import StageTimer
 
 TTS_MARGIN_NS = 300_000_000  # a later clause is due this long before its audio is needed
 NS_PER_SPOKEN_CHAR = 70_000_000  # Piper's voices speak about 14 characters a second

@@ -34,7 +34,7 @@ from voxpipe.conversation.tool_step import (
 )
 from voxpipe.engines.base import ChatMessage, LlmRequest, LlmUsage, ToolCallDelta
 from voxpipe.engines.runner import JobClock
-from voxpipe.observability.stages import StageTimer
+from voxpipe.observability.timeline import StageTimer
 
 if TYPE_CHECKING:  # names in annotations only
     from voxpipe.engines.base import CancelToken, LlmOutput, ToolCallRequest, ToolSpec, Urgency

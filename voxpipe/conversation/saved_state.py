@@ -4,9 +4,10 @@ A session id is what a reconnect presents, so it is random enough that knowing o
 nothing about another; each call's record has its own id, since a session id may be reused.
 :class:`SavedCall` is the session's ``saved``: what it saves after each turn, and how it
 carries on from another worker's save. The saved state says where the caller's audio is
-accounted for (:class:`AnsweredAudio`): a restore asks the client to resend from the end of
-the last answered turn, and the restored history is evaluated on the new worker's LLM at
-once (:class:`ContextRebuild`).
+accounted for (:class:`~voxpipe.conversation.turn_history.AnsweredAudio`, which moves as the
+turns are answered): a restore asks the client to resend from the end of the last answered
+turn, and the restored history is evaluated on the new worker's LLM at once
+(:class:`ContextRebuild`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.replies import Replies
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.tool_ledger import UNKNOWN_SAID, ToolLedger, ToolRun
+from voxpipe.conversation.turn_history import AnsweredAudio
 from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, ChatMessage, LlmUsage, ToolSpec
 from voxpipe.engines.runner import JobClock
 
 log = logging.getLogger("voxpipe.session")
-
-REMEMBERED_TURN_ENDS = 128  # turns in flight whose end is remembered until they are answered
 
 
 def new_session_id() -> str:
@@ -58,31 +58,6 @@ def state_owner(state: dict[str, Any]) -> str:
     """Who started the call a saved state belongs to (states saved before owners were
     recorded belong to the anonymous principal of a server without keys)."""
     return str(state.get("owner") or "anonymous")
-
-
-class AnsweredAudio:
-    """Where the caller's audio is accounted for, for a restore on another worker: the end
-    (16 kHz sample, from the start of the call) of the last turn whose reply finished."""
-
-    def __init__(self) -> None:
-        self.offset = 0  # 16 kHz samples of the call before this worker's first
-        self.until = 0
-        self._turn_ends: dict[int, int] = {}
-
-    def turn_ended(self, turn_id: int, sample: int) -> None:
-        """Turn ``turn_id`` ended at ``sample`` of this worker's audio."""
-        self._turn_ends[turn_id] = self.offset + sample
-        while len(self._turn_ends) > REMEMBERED_TURN_ENDS:
-            del self._turn_ends[next(iter(self._turn_ends))]
-
-    def answered(self, turn_id: int) -> None:
-        end = self._turn_ends.pop(turn_id, None)
-        if end is not None:
-            self.until = max(self.until, end)
-
-    def restored(self, offset: int) -> None:
-        """This worker's audio starts ``offset`` samples into the call, all answered."""
-        self.offset = self.until = offset
 
 
 class ContextRebuild:

@@ -43,8 +43,7 @@ from typing import Any
 import numpy as np
 
 from voxpipe.agent.call_context import checked_caller
-from voxpipe.audio.pcm import pcm16_to_float
-from voxpipe.audio.resample import StreamResampler
+from voxpipe.audio.pcm import StreamResampler, pcm16_to_float
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.call_control import CallControl
 from voxpipe.conversation.client_commands import ClientCommands
@@ -61,12 +60,12 @@ from voxpipe.conversation.reply import Reply
 from voxpipe.conversation.reply_audio import FrameNumbers
 from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.reply_status import ReplyStatus
-from voxpipe.conversation.saved_state import AnsweredAudio, SavedCall, new_call_id
+from voxpipe.conversation.saved_state import SavedCall, new_call_id
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind, Verdict
-from voxpipe.conversation.turn_history import TurnHistory
+from voxpipe.conversation.turn_history import AnsweredAudio, TurnHistory
 from voxpipe.conversation.turn_judge import TurnJudge
 from voxpipe.conversation.turn_messages import FinishedTurns
 from voxpipe.conversation.turn_taking import TurnTaking, Yield

@@ -43,7 +43,7 @@ from voxpipe.conversation.confirmation import (
 from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
 from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
 from voxpipe.engines.base import CancelToken, ChatMessage, ToolCallDelta, ToolCallRequest
-from voxpipe.observability.stages import StageTimer
+from voxpipe.observability.timeline import StageTimer
 
 PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
 AFTER_FILLER_S = 1.0  # ... but not within this long after other words (the filler)

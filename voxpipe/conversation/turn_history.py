@@ -6,8 +6,8 @@ the words the caller heard. A false interruption's reply says the rest of the an
 stopped: the history then holds the two as the one answer the caller heard, and no turn of
 the caller's. Each finished turn's messages are remembered for a client's later edits
 (:class:`~voxpipe.conversation.turn_messages.FinishedTurns`), and each answered turn moves
-where a restore resends the caller's audio from
-(:class:`~voxpipe.conversation.saved_state.AnsweredAudio`).
+where a restore resends the caller's audio from (:class:`AnsweredAudio`, which the saved
+state carries: :class:`~voxpipe.conversation.saved_state.SavedCall`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,35 @@ from collections import Counter
 
 from voxpipe.conversation.history import History
 from voxpipe.conversation.reply import Reply
-from voxpipe.conversation.saved_state import AnsweredAudio
 from voxpipe.conversation.turn_messages import FinishedTurns, TurnMessages
 from voxpipe.engines.base import ChatMessage
+
+REMEMBERED_TURN_ENDS = 128  # turns in flight whose end is remembered until they are answered
+
+
+class AnsweredAudio:
+    """Where the caller's audio is accounted for, for a restore on another worker: the end
+    (16 kHz sample, from the start of the call) of the last turn whose reply finished."""
+
+    def __init__(self) -> None:
+        self.offset = 0  # 16 kHz samples of the call before this worker's first
+        self.until = 0
+        self._turn_ends: dict[int, int] = {}
+
+    def turn_ended(self, turn_id: int, sample: int) -> None:
+        """Turn ``turn_id`` ended at ``sample`` of this worker's audio."""
+        self._turn_ends[turn_id] = self.offset + sample
+        while len(self._turn_ends) > REMEMBERED_TURN_ENDS:
+            del self._turn_ends[next(iter(self._turn_ends))]
+
+    def answered(self, turn_id: int) -> None:
+        end = self._turn_ends.pop(turn_id, None)
+        if end is not None:
+            self.until = max(self.until, end)
+
+    def restored(self, offset: int) -> None:
+        """This worker's audio starts ``offset`` samples into the call, all answered."""
+        self.offset = self.until = offset
 
 
 class TurnHistory:

@@ -37,7 +37,7 @@ from typing import Any
 
 PARTS: tuple[str, ...] = ("transport", "inference", "application", "playback")
 
-# compute_ms keys on the way to the first reply audio (``observability/stages.py``)
+# compute_ms keys on the way to the first reply audio (``StageTimer``, ``timeline.py``)
 INFERENCE_COMPUTE: tuple[str, ...] = ("stt", "llm_first_clause", "tts_first")
 
 

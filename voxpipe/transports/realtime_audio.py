@@ -16,8 +16,7 @@ from enum import StrEnum
 import numpy as np
 
 from voxpipe.audio import g711
-from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float
-from voxpipe.audio.resample import StreamResampler
+from voxpipe.audio.pcm import StreamResampler, float_to_pcm16, pcm16_to_float
 
 SESSION_RATE = 24000  # the session's input and output rate on this transport
 G711_RATE = 8000

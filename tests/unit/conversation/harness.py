@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tests.support import order_violations
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.agent import RunningAgent
 from voxpipe.audio.pcm import float_to_pcm16
@@ -20,7 +21,6 @@ from voxpipe.engines.base import Engines, TurnModel, VadEngine
 from voxpipe.engines.queued import Runners
 from voxpipe.engines.runner import EngineRunner
 from voxpipe.observability.metrics import Metrics
-from voxpipe.observability.timeline import order_violations
 from voxpipe.observability.tracing import Tracing
 from voxpipe.observability.turn_log import TurnLog
 

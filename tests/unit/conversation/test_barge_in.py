@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from tests.support import order_violations
 from tests.unit.conversation.harness import Call, W, assert_causal_stages, silence, speech
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from voxpipe.conversation.events import (
@@ -24,7 +25,6 @@ from voxpipe.conversation.events import (
     Transcript,
     TurnMetrics,
 )
-from voxpipe.observability.timeline import order_violations
 
 
 def sentences(n: int) -> list[str]:

@@ -14,8 +14,7 @@ from voxpipe.observability.latency_split import (
     split,
 )
 from voxpipe.observability.metrics import Metrics
-from voxpipe.observability.stages import StageTimer
-from voxpipe.observability.timeline import TurnTimeline
+from voxpipe.observability.timeline import StageTimer, TurnTimeline
 
 MS = 1_000_000  # ns
 

@@ -13,8 +13,7 @@ from opentelemetry.trace import StatusCode
 
 from voxpipe.config import DeadlineConfig, TracingConfig
 from voxpipe.observability.metrics import Metrics
-from voxpipe.observability.stages import StageTimer
-from voxpipe.observability.timeline import TurnTimeline
+from voxpipe.observability.timeline import StageTimer, TurnTimeline
 from voxpipe.observability.tracing import OtelTracing, Tracing, tracing_for
 
 COLLECTOR = "http://collector:4318"

@@ -1,4 +1,5 @@
-"""StreamResampler: chunk by chunk, the same signal as resampling it whole."""
+"""PCM16 frames: the stream resampler gives, chunk by chunk, the same signal as resampling it
+whole, and the framer cuts chunks of any size into whole frames."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import soxr
 
-from voxpipe.audio.resample import StreamResampler, resample
+from voxpipe.audio.pcm import Pcm16Framer, StreamResampler, resample
 
 
 def sine(freq: float, rate: int, seconds: float) -> np.ndarray:
@@ -67,3 +68,17 @@ def test_one_shot_resample() -> None:
     out = resample(audio, 48000, 16000)
     assert out.shape[0] == 8000 and out.dtype == np.float32
     assert abs(peak_hz(out, 16000) - 440) <= 2
+
+
+def test_chunks_of_any_size_come_out_as_whole_frames() -> None:
+    framer = Pcm16Framer(samples_per_frame=4)  # 8 bytes a frame
+    assert framer.push(bytes(5)) == []
+    assert framer.push(bytes(13)) == [bytes(8), bytes(8)]
+    assert framer.flush() == [bytes(2)]  # the last frame may be short
+    assert framer.flush() == []
+
+
+def test_a_padded_flush_ends_in_a_whole_frame_of_silence() -> None:
+    framer = Pcm16Framer(samples_per_frame=4)
+    framer.push(b"\x01\x02\x03")
+    assert framer.flush(pad=True) == [b"\x01\x02\x03" + bytes(5)]
