@@ -6,16 +6,16 @@ unless it says otherwise: Telnyx, Plivo and Vonage too, or ``sip``) and may give
 its own instructions. For a provider, the server asks it (its ``Provider.dial``, from the one
 registry ``telephony.PROVIDERS``) to dial with its own request that streams the call's audio
 to ``{telephony.public_url}/v1/<provider>``, where it is answered like any call of that
-provider (authenticated as an inbound stream is: ``docs/telephony.md``); the answer comes at
+provider (authenticated as an inbound stream is: ``docs/telephony.md``); the response comes at
 once (``queued``). With ``sip`` (``sip.enabled``), the server's own user agent sends the
-INVITE (``server/sip_calls.py``) and the answer waits for the callee: ``answered`` (the
+INVITE (``server/sip_calls.py``) and the response waits for the callee: ``answered`` (the
 agent's session is running, its greeting first) or the SIP status that said no
 (``docs/sip.md``).
 
 Placing a call costs money and reaches a stranger's phone, so it needs an API key in the
 ``Authorization`` header, and with authentication off (no ``auth.api_keys``) the server
 places no calls. A retried request places no second call: with the same ``Idempotency-Key``
-header (and the same API key and body) it gets the first one's answer, waiting for it if
+header (and the same API key and body) it gets the first one's response, waiting for it if
 that is still being placed (:class:`IdempotentCalls`).
 """
 
@@ -52,7 +52,7 @@ TO_PATTERN = r"^(\+[1-9][0-9]{6,14}|sip:[!-~]{3,250})$"
 PROVIDER_PATTERN = f"^({'|'.join([*(p.name for p in PROVIDERS), 'sip'])})$"
 KEY_PATTERN = r"[!-~]{1,255}"  # an Idempotency-Key: printable ASCII, no spaces
 MAX_KEYS = 10_000  # live Idempotency-Keys remembered, per worker
-IDEMPOTENCY_TTL_S = 24 * 3600.0  # how long a key's answer is kept for its retries
+IDEMPOTENCY_TTL_S = 24 * 3600.0  # how long a key's response is kept for its retries
 
 
 SIP = "sip"  # the provider name of calls this server dials itself
@@ -67,9 +67,9 @@ class CallRequest(BaseModel):
 
 
 @dataclass(frozen=True)
-class Answer:
-    """What ``POST /v1/calls`` answered; ``placed``: a call may exist because of it (such
-    an answer is kept for the key's retries; one that placed nothing is not)."""
+class CallResponse:
+    """What ``POST /v1/calls`` responded; ``placed``: a call may exist because of it (such
+    a response is kept for the key's retries; one that placed nothing is not)."""
 
     status: int
     body: dict[str, Any]
@@ -82,19 +82,19 @@ class Answer:
         return JSONResponse(self.body, self.status, headers=headers)
 
 
-def _error(code: ErrorCode, message: str, status: int, placed: bool, **extra: Any) -> Answer:
-    return Answer(status, {**ErrorEvent.of(code, message).to_dict(), **extra}, placed)
+def _error(code: ErrorCode, message: str, status: int, placed: bool, **extra: Any) -> CallResponse:
+    return CallResponse(status, {**ErrorEvent.of(code, message).to_dict(), **extra}, placed)
 
 
 @dataclass
 class _Entry:
-    request: str  # the request it answered, as JSON: a retry must be the same
-    answer: asyncio.Future[Answer]
+    request: str  # the request it is the response to, as JSON: a retry must be the same
+    response: asyncio.Future[CallResponse]
     expires: float  # time.monotonic()
 
 
 class IdempotentCalls:
-    """The answers to ``POST /v1/calls`` by (API key, ``Idempotency-Key``), for
+    """The responses to ``POST /v1/calls`` by (API key, ``Idempotency-Key``), for
     :data:`IDEMPOTENCY_TTL_S`. Bound: :data:`MAX_KEYS` live keys; past it a request with a
     new key is refused (503; forgetting a live key could place a retry's call twice).
     Held by this worker: a retry must reach the worker that took the first request (with
@@ -113,11 +113,11 @@ class IdempotentCalls:
         return self._entries.get((issuer, key))
 
     def begin(self, issuer: str, key: str, request: str) -> _Entry | None:
-        """A new key's entry, whose answer the first request sets; None when full."""
+        """A new key's entry, whose response the first request sets; None when full."""
         self._expire()
         if len(self._entries) >= self.capacity:
             return None
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[CallResponse] = asyncio.get_running_loop().create_future()
         entry = _Entry(request, future, time.monotonic() + self.ttl_s)
         self._entries[(issuer, key)] = entry
         return entry
@@ -129,7 +129,7 @@ class IdempotentCalls:
         now = time.monotonic()
         while self._entries:
             entry = next(iter(self._entries.values()))
-            if entry.expires > now or not entry.answer.done():
+            if entry.expires > now or not entry.response.done():
                 return
             self._entries.popitem(last=False)
 
@@ -140,7 +140,7 @@ class OutboundCalls:
     def __init__(self, state: ServerState, sip: SipCalls | None) -> None:
         self.state = state
         self.sip = sip
-        self.answers = IdempotentCalls()
+        self.responses = IdempotentCalls()
 
     async def place(self, request: Request) -> Response:
         state = self.state
@@ -164,14 +164,14 @@ class OutboundCalls:
         if key is None:
             return (await self._place(wanted, issuer)).response()
         asked = json.dumps(wanted.model_dump(), sort_keys=True)
-        entry = self.answers.find(issuer, key)
+        entry = self.responses.find(issuer, key)
         if entry is not None:
             if entry.request != asked:
                 why = "this Idempotency-Key was used with another request"
                 return error_response(ErrorCode.INVALID_EVENT, why, 422)
             log.info("outbound call request retried (Idempotency-Key) for %s", issuer)
-            return (await asyncio.shield(entry.answer)).response(replayed=True)
-        entry = self.answers.begin(issuer, key, asked)
+            return (await asyncio.shield(entry.response)).response(replayed=True)
+        entry = self.responses.begin(issuer, key, asked)
         if entry is None:
             why = "too many outbound call requests remembered; try again later"
             return error_response(ErrorCode.AT_CAPACITY, why, 503)
@@ -179,17 +179,19 @@ class OutboundCalls:
         placing.add_done_callback(lambda done: self._settle(issuer, key, entry, done))
         return (await asyncio.shield(placing)).response()
 
-    def _settle(self, issuer: str, key: str, entry: _Entry, done: asyncio.Future[Answer]) -> None:
-        """The first request's answer is its retries'; one that placed nothing (or a bug)
+    def _settle(
+        self, issuer: str, key: str, entry: _Entry, done: asyncio.Future[CallResponse]
+    ) -> None:
+        """The first request's response is its retries'; one that placed nothing (or a bug)
         frees the key, so a retry tries again."""
-        answer = None if done.cancelled() or done.exception() else done.result()
-        if answer is None or not answer.placed:
-            self.answers.forget(issuer, key)
-        if answer is None:
-            answer = _error(ErrorCode.CALL_FAILED, "the call request failed", 500, False)
-        entry.answer.set_result(answer)
+        response = None if done.cancelled() or done.exception() else done.result()
+        if response is None or not response.placed:
+            self.responses.forget(issuer, key)
+        if response is None:
+            response = _error(ErrorCode.CALL_FAILED, "the call request failed", 500, False)
+        entry.response.set_result(response)
 
-    async def _place(self, wanted: CallRequest, issuer: str) -> Answer:
+    async def _place(self, wanted: CallRequest, issuer: str) -> CallResponse:
         if wanted.provider == SIP:
             return await self._dial_sip(wanted, issuer)
         cfg = self.state.config.telephony
@@ -215,9 +217,9 @@ class OutboundCalls:
         }
         if provider.name == "twilio":
             placed["call_sid"] = call_id  # the field clients of the Twilio-only endpoint read
-        return Answer(201, placed, True)
+        return CallResponse(201, placed, True)
 
-    async def _dial_sip(self, wanted: CallRequest, issuer: str) -> Answer:
+    async def _dial_sip(self, wanted: CallRequest, issuer: str) -> CallResponse:
         if self.sip is None:
             why = "this server dials no SIP calls: set sip.enabled"
             return _error(ErrorCode.CALL_FAILED, why, 503, False)
@@ -232,7 +234,7 @@ class OutboundCalls:
             message = f"the call was not answered: {exc.reason}"
             return _error(ErrorCode.CALL_FAILED, message, 502, True, sip_status=exc.status)
         log.info("outbound sip call %s to %s answered, for %s", dialed.call_id, wanted.to, issuer)
-        return Answer(
+        return CallResponse(
             201,
             {
                 "provider": SIP,
