@@ -1,4 +1,4 @@
-"""One load step's raw records -> the figures ``voxpipe load`` reports (pure, no I/O).
+"""One load step's raw results -> the figures ``voxpipe load`` reports (pure, no I/O).
 
 A step is N callers against one server for the step's duration. Latency is
 what the callers measured (voice-to-voice: the end of their speech to the
@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from voxpipe.loadtest.callers import CallRecord, TurnRecord
+from voxpipe.loadtest.callers import CallerResult, CallerTurn
 from voxpipe.loadtest.stats import summarize
 
 FAILED_STATUSES = frozenset({"failed", "timeout", "unknown"})
@@ -50,22 +50,22 @@ class StepResult:
     calls: int
     duration_s: float
     elapsed_s: float
-    records: list[CallRecord]
+    callers: list[CallerResult]
     memory: Memory | None = None
     buffer_age_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # by direction
     role: str = "load"  # "load", "search" or "overload"
 
 
-def _turns(records: list[CallRecord]) -> list[TurnRecord]:
-    return [t for r in records for t in r.turns]
+def _turns(callers: list[CallerResult]) -> list[CallerTurn]:
+    return [t for r in callers for t in r.turns]
 
 
 def summarize_step(step: StepResult, slo_ms: float | None = None) -> dict[str, Any]:
     """The step's report: calls by outcome, turns by status, latency percentiles, server
     stage figures and memory; with ``slo_ms``, whether the step met the SLO."""
-    records = step.records
-    outcomes = Counter(r.outcome for r in records)
-    turns = _turns(records)
+    callers = step.callers
+    outcomes = Counter(r.outcome for r in callers)
+    turns = _turns(callers)
     statuses = Counter(t.status for t in turns)
     completed = [t for t in turns if t.status not in FAILED_STATUSES]
     v2v = [t.v2v_ms for t in completed if t.v2v_ms is not None]
@@ -81,8 +81,8 @@ def summarize_step(step: StepResult, slo_ms: float | None = None) -> dict[str, A
             "completed": outcomes["completed"],
             "rejected": outcomes["rejected"],
             "crashed": outcomes["crashed"],
-            "rejected_by_code": dict(Counter(r.reason for r in records if r.outcome == "rejected")),
-            "crashes": [f"call {r.index}: {r.reason}" for r in records if r.outcome == "crashed"],
+            "rejected_by_code": dict(Counter(r.reason for r in callers if r.outcome == "rejected")),
+            "crashes": [f"call {r.index}: {r.reason}" for r in callers if r.outcome == "crashed"],
         },
         "turns": {
             "total": len(turns),
@@ -90,7 +90,7 @@ def summarize_step(step: StepResult, slo_ms: float | None = None) -> dict[str, A
             "failed": sum(statuses[s] for s in FAILED_STATUSES),
             "by_status": dict(statuses),
         },
-        "errors": dict(Counter(code for r in records for code in r.errors)),
+        "errors": dict(Counter(code for r in callers for code in r.errors)),
         "voice_to_voice_ms": summarize(v2v),
         "voice_to_voice_values": [round(v, 1) for v in v2v],
         "server": {

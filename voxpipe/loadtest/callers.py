@@ -80,7 +80,7 @@ class CallerPlan:
 
 
 @dataclass
-class TurnRecord:
+class CallerTurn:
     """One utterance and its reply, as the caller and the server measured it."""
 
     call: int
@@ -93,7 +93,7 @@ class TurnRecord:
     transcript: str = ""
 
     @classmethod
-    def of(cls, call: int, clip: str, started_s: float, turn: TurnResult) -> TurnRecord:
+    def of(cls, call: int, clip: str, started_s: float, turn: TurnResult) -> CallerTurn:
         metrics = turn.metrics
         queue = metrics.get("queue_ms") or {
             k: v * 1000 for k, v in (metrics.get("queue_s") or {}).items()
@@ -111,13 +111,13 @@ class TurnRecord:
 
 
 @dataclass
-class CallRecord:
+class CallerResult:
     """One simulated call: admitted and run, refused at the door, or broken."""
 
     index: int
     outcome: str  # "completed", "rejected" or "crashed"
     reason: str = ""  # the refusal's error code, or what broke
-    turns: list[TurnRecord] = field(default_factory=list)
+    turns: list[CallerTurn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # error codes received during the call
 
 
@@ -182,11 +182,11 @@ async def run_caller(
     start_s: float,
     stop_s: float,
     rng: random.Random,
-) -> CallRecord:
+) -> CallerResult:
     """Dial at ``origin + start_s``, talk until ``origin + stop_s`` (monotonic seconds),
     finish the turn in progress, and hang up."""
     await asyncio.sleep(max(0.0, origin + start_s - time.monotonic()))
-    record = CallRecord(index, "completed")
+    result = CallerResult(index, "completed")
     client = NativeClient(url)
     try:
         try:
@@ -197,25 +197,25 @@ async def run_caller(
                 raise
             if code == "try_again_later":
                 code = await buffered_error_code(client) or code
-            record.outcome, record.reason = "rejected", code
-            return record
+            result.outcome, result.reason = "rejected", code
+            return result
         while time.monotonic() - origin < stop_s:
             clip = clips[rng.randrange(len(clips))]
             started = time.monotonic() - origin
             try:
                 turn = await _speak(client, clip, plan.turn_timeout_s)
             except TimeoutError:
-                record.turns.append(TurnRecord(index, clip.name, "timeout", started))
+                result.turns.append(CallerTurn(index, clip.name, "timeout", started))
                 continue
-            record.turns.append(TurnRecord.of(index, clip.name, started, turn))
+            result.turns.append(CallerTurn.of(index, clip.name, started, turn))
             await asyncio.sleep(rng.uniform(*plan.think_s))
     except Exception as exc:
-        record.outcome, record.reason = "crashed", f"{type(exc).__name__}: {exc}"
+        result.outcome, result.reason = "crashed", f"{type(exc).__name__}: {exc}"
     finally:
-        record.errors = [str(e.get("code")) for e in client.errors]
+        result.errors = [str(e.get("code")) for e in client.errors]
         with contextlib.suppress(Exception):
             await client.close()
-    return record
+    return result
 
 
 async def run_callers(
@@ -225,8 +225,8 @@ async def run_callers(
     clips: list[Clip],
     plan: CallerPlan,
     seed: int = 0,
-) -> list[CallRecord]:
-    """``calls`` staggered callers talking for ``duration_s``; one record per call."""
+) -> list[CallerResult]:
+    """``calls`` staggered callers talking for ``duration_s``; one result per call."""
     origin = time.monotonic()
     offsets = plan.start_offsets(calls, duration_s)
     return list(

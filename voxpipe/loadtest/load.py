@@ -40,7 +40,7 @@ SETTLE_S = 2.0  # between steps on a reused server: let the last calls' cleanup 
 
 
 @dataclass
-class Target:
+class StepServer:
     """The server a step's callers dial."""
 
     url: str
@@ -66,9 +66,9 @@ class Servers:
         kind = "a fresh server per step" if self.fresh else "one server for all steps"
         return f"{kind}, started by voxpipe load, max_calls={self.max_calls}"
 
-    def target(self) -> Target:
+    def for_step(self) -> StepServer:
         if self.url:
-            return Target(self.url, http_base(self.url), None)
+            return StepServer(self.url, http_base(self.url), None)
         if self.current is not None and (self.fresh or not self.current.alive()):
             self.stop()
         if self.current is None:
@@ -80,7 +80,7 @@ class Servers:
             self.current.wait_ready()
         else:
             time.sleep(SETTLE_S)
-        return Target(self.current.ws, self.current.http, self.current.process.pid)
+        return StepServer(self.current.ws, self.current.http, self.current.process.pid)
 
     def stop(self) -> None:
         if self.current is not None:
@@ -89,7 +89,7 @@ class Servers:
 
 
 async def run_step(
-    target: Target,
+    server: StepServer,
     calls: int,
     duration_s: float,
     clips: list[Clip],
@@ -98,17 +98,17 @@ async def run_step(
     role: str,
 ) -> StepResult:
     """One step: ``calls`` callers for ``duration_s``, with the server watched meanwhile."""
-    before = await scrape(target.base)
+    before = await scrape(server.base)
     started = time.monotonic()
-    async with MemorySampler(target.pid, target.base) as memory:
-        records = await run_callers(target.url, calls, duration_s, clips, plan, seed)
+    async with MemorySampler(server.pid, server.base) as memory:
+        callers = await run_callers(server.url, calls, duration_s, clips, plan, seed)
     elapsed = time.monotonic() - started
-    after = await scrape(target.base)
+    after = await scrape(server.base)
     return StepResult(
         calls=calls,
         duration_s=duration_s,
         elapsed_s=elapsed,
-        records=records,
+        callers=callers,
         memory=Memory(memory.source, memory.baseline, memory.peak, memory.samples),
         buffer_age_ms=buffer_ages(before, after),
         role=role,
@@ -156,10 +156,10 @@ class LoadRun:
 
     def measure(self, calls: int, role: str) -> dict[str, Any]:
         print(f"step {len(self.steps) + 1}: {calls} call(s), {role}", flush=True)
-        target = self.servers.target()
+        server = self.servers.for_step()
         seed = self.args.seed + 1000 * len(self.steps)
         result = asyncio.run(
-            run_step(target, calls, self.args.duration, self.clips, self.plan, seed, role)
+            run_step(server, calls, self.args.duration, self.clips, self.plan, seed, role)
         )
         step = summarize_step(result, self.slo_ms)
         self.steps.append(step)

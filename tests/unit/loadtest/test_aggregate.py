@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from voxpipe.loadtest.aggregate import Memory, StepResult, meets_slo, summarize_step
-from voxpipe.loadtest.callers import CallerPlan, CallRecord, TurnRecord
+from voxpipe.loadtest.callers import CallerPlan, CallerResult, CallerTurn
 
 
-def turn(call: int, v2v: float | None, status: str = "completed") -> TurnRecord:
-    return TurnRecord(
+def turn(call: int, v2v: float | None, status: str = "completed") -> CallerTurn:
+    return CallerTurn(
         call=call,
         clip="clip",
         status=status,
@@ -18,25 +18,27 @@ def turn(call: int, v2v: float | None, status: str = "completed") -> TurnRecord:
     )
 
 
-def step(records: list[CallRecord], calls: int = 3) -> StepResult:
+def step(callers: list[CallerResult], calls: int = 3) -> StepResult:
     return StepResult(
         calls=calls,
         duration_s=20,
         elapsed_s=25.04,
-        records=records,
+        callers=callers,
         memory=Memory("psutil", baseline=1000.0, peak=1600.0),
         buffer_age_ms={"inbound": {"n": 5, "p50": 2.5}},
     )
 
 
 def test_counts_outcomes_and_turns() -> None:
-    records = [
-        CallRecord(0, "completed", turns=[turn(0, 100.0), turn(0, 200.0)], errors=["engine_busy"]),
-        CallRecord(1, "completed", turns=[turn(1, 300.0), turn(1, None, "timeout")]),
-        CallRecord(2, "rejected", reason="at_capacity"),
-        CallRecord(3, "crashed", reason="ConnectionError: gone"),
+    callers = [
+        CallerResult(
+            0, "completed", turns=[turn(0, 100.0), turn(0, 200.0)], errors=["engine_busy"]
+        ),
+        CallerResult(1, "completed", turns=[turn(1, 300.0), turn(1, None, "timeout")]),
+        CallerResult(2, "rejected", reason="at_capacity"),
+        CallerResult(3, "crashed", reason="ConnectionError: gone"),
     ]
-    summary = summarize_step(step(records, calls=4))
+    summary = summarize_step(step(callers, calls=4))
     assert summary["outcomes"] == {
         "admitted": 3,
         "completed": 2,
@@ -64,28 +66,28 @@ def test_counts_outcomes_and_turns() -> None:
 
 
 def test_interrupted_and_empty_turns_are_not_failures() -> None:
-    records = [
-        CallRecord(0, "completed", turns=[turn(0, 100.0, "interrupted"), turn(0, None, "empty")])
+    callers = [
+        CallerResult(0, "completed", turns=[turn(0, 100.0, "interrupted"), turn(0, None, "empty")])
     ]
-    summary = summarize_step(step(records, calls=1), slo_ms=1500)
+    summary = summarize_step(step(callers, calls=1), slo_ms=1500)
     assert summary["turns"]["failed"] == 0
     assert summary["meets_slo"] is True
 
 
 def test_slo_needs_low_p99_and_no_refusal_crash_or_failure() -> None:
-    fast = [CallRecord(i, "completed", turns=[turn(i, 100.0 * (i + 1))]) for i in range(3)]
+    fast = [CallerResult(i, "completed", turns=[turn(i, 100.0 * (i + 1))]) for i in range(3)]
     assert summarize_step(step(fast), slo_ms=1500)["meets_slo"]
     assert not summarize_step(step(fast), slo_ms=250)["meets_slo"]  # p99 ~ 298 ms
     for spoiler in (
-        CallRecord(9, "rejected", reason="at_capacity"),
-        CallRecord(9, "crashed", reason="boom"),
-        CallRecord(9, "completed", turns=[turn(9, None, "failed")]),
+        CallerResult(9, "rejected", reason="at_capacity"),
+        CallerResult(9, "crashed", reason="boom"),
+        CallerResult(9, "completed", turns=[turn(9, None, "failed")]),
     ):
         assert not summarize_step(step([*fast, spoiler]), slo_ms=1500)["meets_slo"]
 
 
 def test_no_turns_never_meets_the_slo() -> None:
-    summary = summarize_step(step([CallRecord(0, "completed")], calls=1))
+    summary = summarize_step(step([CallerResult(0, "completed")], calls=1))
     assert summary["voice_to_voice_ms"] == {"n": 0}
     assert not meets_slo(summary, 1500)
 

@@ -7,13 +7,13 @@ from html.parser import HTMLParser
 from typing import Any
 
 from voxpipe.loadtest.aggregate import Memory, StepResult, summarize_step
-from voxpipe.loadtest.callers import CallRecord, TurnRecord
+from voxpipe.loadtest.callers import CallerResult, CallerTurn
 from voxpipe.loadtest.report import cdf_svg, histogram_svg, render
 
 
 def document() -> dict[str, Any]:
     turns = [
-        TurnRecord(0, "a", "completed", 0.0, v2v_ms=v, queue_ms={"llm": 12.5})
+        CallerTurn(0, "a", "completed", 0.0, v2v_ms=v, queue_ms={"llm": 12.5})
         for v in (812.0, 934.0, 1377.0, 1620.0)
     ]
     step = summarize_step(
@@ -21,9 +21,9 @@ def document() -> dict[str, Any]:
             calls=2,
             duration_s=20,
             elapsed_s=24,
-            records=[
-                CallRecord(0, "completed", turns=turns),
-                CallRecord(1, "rejected", reason="at_capacity"),
+            callers=[
+                CallerResult(0, "completed", turns=turns),
+                CallerResult(1, "rejected", reason="at_capacity"),
             ],
             memory=Memory("psutil", 2**30, 2**30 + 2**26),
             buffer_age_ms={"outbound": {"n": 9, "p50": 3.0, "p95": 8.0, "p99": 9.0}},
