@@ -7,7 +7,7 @@ caller audio every 20-100 ms, key presses, echoes of marks once the audio before
 played, a way to drop what is buffered (barge-in), and an end. A provider's module
 (``twilio.py``, ``telnyx.py``, ...) only translates that dialect: a table of its messages
 (strict :class:`WireMessage` models), :meth:`Provider.inbound` turning one into an
-:class:`Inbound`, and three encoders (``media``, ``mark``, ``clear``: those of
+:class:`ProviderEvent`, and three encoders (``media``, ``mark``, ``clear``: those of
 :class:`MediaMarkClear` where it takes Twilio's messages as they are); its class is then
 listed in ``PROVIDERS`` (``telephony/__init__.py``). Everything else, the call itself over
 the provider's socket, is ``media_stream.py``, once for all of them.
@@ -102,7 +102,7 @@ class _TrackAudio(Protocol):
 
 
 @dataclass(frozen=True)
-class Inbound:
+class ProviderEvent:
     """One message from the provider, translated. ``stream``: the stream id it names (checked
     against the call's own), None where the provider's messages name none (Vonage)."""
 
@@ -110,14 +110,14 @@ class Inbound:
 
 
 @dataclass(frozen=True)
-class Ignored(Inbound):
+class Ignored(ProviderEvent):
     """Nothing for the session: ``connected``, another track's audio, an acknowledgement."""
 
     note: str = ""
 
 
 @dataclass(frozen=True)
-class Started(Inbound):
+class Started(ProviderEvent):
     """The call begins: its ids, its audio format, and the operator's parameters."""
 
     call_id: str = ""
@@ -136,7 +136,7 @@ class Started(Inbound):
 
 
 @dataclass(frozen=True)
-class Audio(Inbound):
+class Audio(ProviderEvent):
     """Caller audio: base64 text (JSON providers) or raw bytes (a binary frame)."""
 
     payload: str | bytes = b""
@@ -144,26 +144,26 @@ class Audio(Inbound):
 
 
 @dataclass(frozen=True)
-class Played(Inbound):
+class Played(ProviderEvent):
     """A mark's echo: the audio before it has played (or a clear dropped it)."""
 
     name: str = ""
 
 
 @dataclass(frozen=True)
-class Digit(Inbound):
+class Digit(ProviderEvent):
     digit: str = ""
 
 
 @dataclass(frozen=True)
-class Stopped(Inbound):
+class Stopped(ProviderEvent):
     """The provider ended the stream (the caller hung up)."""
 
     reason: str = ""
 
 
 @dataclass(frozen=True)
-class ProviderError(Inbound):
+class ProviderError(ProviderEvent):
     """The provider reports a problem with what it was sent (Telnyx's ``error``)."""
 
     detail: str = ""
@@ -203,10 +203,10 @@ class Provider(ABC):
     frame_ms: ClassVar[int | None] = None  # reply audio cut/padded to frames of this size
 
     @abstractmethod
-    def inbound(self, message: WireMessage) -> Inbound | Refused:
+    def inbound(self, message: WireMessage) -> ProviderEvent | Refused:
         """What a validated message means."""
 
-    def binary(self, data: bytes) -> Inbound | Refused:
+    def binary(self, data: bytes) -> ProviderEvent | Refused:
         """A binary frame: caller audio for providers that send it so; others refuse it."""
         return Refused(ErrorCode.INVALID_EVENT, f"a binary message: {self.title} sends JSON text")
 

@@ -22,12 +22,12 @@ from voxpipe.transports.telephony.base import (
     Audio,
     Digit,
     Ignored,
-    Inbound,
     KeyInfo,
     MarkInfo,
     MediaMarkClear,
     Numeral,
     Played,
+    ProviderEvent,
     Refused,
     Started,
     Stopped,
@@ -105,7 +105,7 @@ class Exotel(MediaMarkClear):
     stream_key = "stream_sid"
     frame_ms = FRAME_MS
 
-    def inbound(self, message: WireMessage) -> Inbound | Refused:
+    def inbound(self, message: WireMessage) -> ProviderEvent | Refused:
         if isinstance(message, Connected):
             return Ignored(None)
         assert isinstance(message, _StreamMessage)

@@ -63,10 +63,10 @@ from voxpipe.transports.telephony.base import (
     Audio,
     Digit,
     Ignored,
-    Inbound,
     Played,
     Provider,
     ProviderError,
+    ProviderEvent,
     Refused,
     Started,
     Stopped,
@@ -190,7 +190,7 @@ class MediaStream(SocketConnection):
             return CloseCode.POLICY if starting else None
         return await self._on_inbound(self.provider.inbound(message), kind)
 
-    async def _on_inbound(self, event: Inbound | Refused, kind: str) -> CloseCode | None:
+    async def _on_inbound(self, event: ProviderEvent | Refused, kind: str) -> CloseCode | None:
         if isinstance(event, Refused):
             self._bad(event.code, event.message)
             return CloseCode.POLICY if event.fatal and self.session is None else None
@@ -220,7 +220,7 @@ class MediaStream(SocketConnection):
     def _who(self) -> tuple[str, str]:
         return self.provider.name, self.stream_id
 
-    def _session_of(self, event: Inbound, kind: str) -> Session | None:
+    def _session_of(self, event: ProviderEvent, kind: str) -> Session | None:
         """The session a message belongs to, or None (counted) if it belongs to none."""
         if self.session is None:
             self._bad(ErrorCode.NOT_STARTED, f"{kind} before start")

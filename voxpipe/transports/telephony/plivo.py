@@ -25,11 +25,11 @@ from voxpipe.transports.telephony.base import (
     NO_INBOUND,
     Digit,
     Ignored,
-    Inbound,
     KeyInfo,
     Numeral,
     Played,
     Provider,
+    ProviderEvent,
     Refused,
     Started,
     TrackMedia,
@@ -102,7 +102,7 @@ class Plivo(Provider):
     dial = staticmethod(plivo_rest.dial)  # POST /v1/calls
     start_event = "start"
 
-    def inbound(self, message: WireMessage) -> Inbound | Refused:
+    def inbound(self, message: WireMessage) -> ProviderEvent | Refused:
         if isinstance(message, Start):
             info = message.start
             if "inbound" not in info.tracks:

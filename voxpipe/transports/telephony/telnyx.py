@@ -22,13 +22,13 @@ from voxpipe.transports import telnyx_rest
 from voxpipe.transports.telephony.base import (
     Digit,
     Ignored,
-    Inbound,
     KeyInfo,
     MarkInfo,
     MediaMarkClear,
     Numeral,
     Played,
     ProviderError,
+    ProviderEvent,
     Refused,
     Started,
     Stopped,
@@ -107,7 +107,7 @@ class Telnyx(MediaMarkClear):
     dial = staticmethod(telnyx_rest.dial)  # POST /v1/calls
     start_event = "start"
 
-    def inbound(self, message: WireMessage) -> Inbound | Refused:
+    def inbound(self, message: WireMessage) -> ProviderEvent | Refused:
         if isinstance(message, Connected):
             return Ignored(None, f"version {message.version}")
         assert isinstance(message, _StreamMessage)

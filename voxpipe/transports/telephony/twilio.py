@@ -24,10 +24,10 @@ from voxpipe.transports.telephony.base import (
     NO_INBOUND,
     Digit,
     Ignored,
-    Inbound,
     MarkInfo,
     MediaMarkClear,
     Played,
+    ProviderEvent,
     Refused,
     Started,
     Stopped,
@@ -128,7 +128,7 @@ class Twilio(MediaMarkClear):
     start_event = "start"
     stream_key = "streamSid"
 
-    def inbound(self, message: WireMessage) -> Inbound | Refused:
+    def inbound(self, message: WireMessage) -> ProviderEvent | Refused:
         if isinstance(message, Connected):
             return Ignored(None, f"protocol {message.protocol} {message.version}")
         if isinstance(message, Start):

@@ -27,9 +27,9 @@ from voxpipe.transports.telephony.base import (
     Digit,
     DigitKey,
     Ignored,
-    Inbound,
     Played,
     Provider,
+    ProviderEvent,
     Refused,
     Started,
     TransferUnsupported,
@@ -83,7 +83,7 @@ class Vonage(Provider):
     start_event = "websocket:connected"
     frame_ms = FRAME_MS
 
-    def inbound(self, message: WireMessage) -> Inbound | Refused:
+    def inbound(self, message: WireMessage) -> ProviderEvent | Refused:
         if isinstance(message, Connected):
             headers = message.headers
             call = headers.get(CALL_HEADER, "")
@@ -104,7 +104,7 @@ class Vonage(Provider):
             return Played(None, name if isinstance(name, str) else repr(name)[:64])
         return Ignored(None, "Vonage's buffer is cleared")
 
-    def binary(self, data: bytes) -> Inbound | Refused:
+    def binary(self, data: bytes) -> ProviderEvent | Refused:
         return Audio(None, data, "audio frame")
 
     def media(self, stream: Started, payload: bytes) -> bytes:
