@@ -9,7 +9,7 @@ import pytest
 
 from voxpipe.transports.sip import rtp
 from voxpipe.transports.sip.dtmf import DtmfReceiver, event_payload
-from voxpipe.transports.sip.jitter import JitterBuffer, seq_delta
+from voxpipe.transports.sip.jitter import RtpReorderBuffer, seq_delta
 
 
 def packet(seq: int, payload: bytes = b"\xff" * 160, pt: int = 0, ts: int = 0) -> rtp.RtpPacket:
@@ -62,18 +62,18 @@ def test_a_key_press_is_one_digit_however_many_packets_carry_it() -> None:
 
 
 def test_in_order_packets_leave_at_once() -> None:
-    jitter = JitterBuffer(3)
+    jitter = RtpReorderBuffer(3)
     assert [p.sequence for s in (10, 11, 12) for p in jitter.push(packet(s))] == [10, 11, 12]
 
 
 def test_a_reordered_packet_is_put_back_in_its_place() -> None:
-    jitter = JitterBuffer(3)
+    jitter = RtpReorderBuffer(3)
     out = [p.sequence for s in (1, 3, 2, 4) for p in jitter.push(packet(s))]
     assert out == [1, 2, 3, 4] and jitter.stats.lost == 0
 
 
 def test_a_lost_packet_is_skipped_once_depth_packets_wait_and_a_late_one_dropped() -> None:
-    jitter = JitterBuffer(3)
+    jitter = RtpReorderBuffer(3)
     out = [p.sequence for s in (1, 3, 4, 5) for p in jitter.push(packet(s))]
     assert out == [1, 3, 4, 5] and jitter.stats.lost == 1
     assert jitter.push(packet(2)) == [] and jitter.stats.late == 1  # too late now
@@ -82,7 +82,7 @@ def test_a_lost_packet_is_skipped_once_depth_packets_wait_and_a_late_one_dropped
 
 
 def test_a_duplicate_held_behind_a_gap_is_dropped() -> None:
-    jitter = JitterBuffer(5)
+    jitter = RtpReorderBuffer(5)
     jitter.push(packet(1))
     assert jitter.push(packet(3)) == [] and jitter.push(packet(3)) == []
     assert jitter.stats.duplicate == 1
@@ -90,14 +90,14 @@ def test_a_duplicate_held_behind_a_gap_is_dropped() -> None:
 
 def test_the_sequence_wraps_and_a_big_jump_starts_over() -> None:
     assert seq_delta(0, 65535) == 1 and seq_delta(65535, 0) == -1
-    jitter = JitterBuffer(3)
+    jitter = RtpReorderBuffer(3)
     out = [p.sequence for s in (65534, 65535, 0, 1) for p in jitter.push(packet(s))]
     assert out == [65534, 65535, 0, 1]
     assert [p.sequence for p in jitter.push(packet(30000))] == [30000]  # a new sequence
 
 
 def test_the_buffer_never_holds_more_than_its_depth() -> None:
-    jitter = JitterBuffer(4)
+    jitter = RtpReorderBuffer(4)
     jitter.push(packet(0))
     for seq in range(2, 200, 2):  # every other packet lost
         jitter.push(packet(seq))

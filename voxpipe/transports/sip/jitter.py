@@ -1,4 +1,5 @@
-"""A small jitter buffer for a call's RTP: packets in, the same packets out in sequence order.
+"""A small jitter buffer for a call's RTP (:class:`RtpReorderBuffer`): packets in, the same
+packets out in sequence order.
 
 The policy, for a voice agent that wants the caller's words soon more than every packet:
 
@@ -31,16 +32,16 @@ def seq_delta(a: int, b: int) -> int:
 
 
 @dataclass
-class JitterStats:
+class ReorderStats:
     late: int = 0
     duplicate: int = 0
     lost: int = 0
 
 
-class JitterBuffer:
+class RtpReorderBuffer:
     def __init__(self, depth: int) -> None:
         self.depth = depth
-        self.stats = JitterStats()
+        self.stats = ReorderStats()
         self._held: dict[int, RtpPacket] = {}
         self._next: int | None = None  # the sequence number due next
 

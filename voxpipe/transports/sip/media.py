@@ -30,7 +30,7 @@ from voxpipe.audio.buffers import PlayoutBuffer
 from voxpipe.transports.sip import rtp
 from voxpipe.transports.sip.codecs import FRAME_MS
 from voxpipe.transports.sip.dtmf import DtmfReceiver
-from voxpipe.transports.sip.jitter import JitterBuffer
+from voxpipe.transports.sip.jitter import RtpReorderBuffer
 from voxpipe.transports.sip.sdp import Negotiated
 
 log = logging.getLogger("voxpipe.sip")
@@ -93,7 +93,7 @@ class RtpMedia(asyncio.DatagramProtocol):
         self.reply = PlayoutBuffer(MAX_REPLY_MS * self.codec.pcm_rate // 1000 * 2)
         self._frame_bytes = self.codec.pcm_rate * FRAME_MS // 1000 * 2  # PCM16 a packet
         self._frame_ticks = self.codec.clock_rate * FRAME_MS // 1000  # RTP clock a packet
-        self.jitter = JitterBuffer(jitter_packets)
+        self.jitter = RtpReorderBuffer(jitter_packets)
         self.dtmf = DtmfReceiver()
         self.received = 0
         self._max_payload = self.codec.max_payload(max_frame_ms)
@@ -136,7 +136,7 @@ class RtpMedia(asyncio.DatagramProtocol):
             return
         if packet.ssrc != self._ssrc_in:  # a new stream (or the first): its own sequence
             self._ssrc_in = packet.ssrc
-            self.jitter = JitterBuffer(self.jitter.depth)
+            self.jitter = RtpReorderBuffer(self.jitter.depth)
         if not self._latched:
             self._latched = True
             self.remote = (addr[0], addr[1])
