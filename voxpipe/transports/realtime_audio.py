@@ -22,8 +22,9 @@ SESSION_RATE = 24000  # the session's input and output rate on this transport
 G711_RATE = 8000
 
 
-class AudioFormat(StrEnum):
-    """The beta names; the GA API's ``audio/pcm``, ``audio/pcmu``, ``audio/pcma`` map here."""
+class RealtimeAudioFormat(StrEnum):
+    """A Realtime session's audio format, by its beta name; the GA API's ``audio/pcm``,
+    ``audio/pcmu``, ``audio/pcma`` map here."""
 
     PCM16 = "pcm16"
     G711_ULAW = "g711_ulaw"
@@ -31,35 +32,35 @@ class AudioFormat(StrEnum):
 
     @property
     def rate(self) -> int:
-        return SESSION_RATE if self is AudioFormat.PCM16 else G711_RATE
+        return SESSION_RATE if self is RealtimeAudioFormat.PCM16 else G711_RATE
 
     @property
     def bytes_per_sample(self) -> int:
-        return 2 if self is AudioFormat.PCM16 else 1
+        return 2 if self is RealtimeAudioFormat.PCM16 else 1
 
     def ms(self, nbytes: int) -> float:
         """Duration of ``nbytes`` of audio in this format."""
         return nbytes / self.bytes_per_sample * 1000 / self.rate
 
     def ga(self) -> dict[str, object]:
-        if self is AudioFormat.PCM16:
+        if self is RealtimeAudioFormat.PCM16:
             return {"type": "audio/pcm", "rate": SESSION_RATE}
-        return {"type": "audio/pcmu" if self is AudioFormat.G711_ULAW else "audio/pcma"}
+        return {"type": "audio/pcmu" if self is RealtimeAudioFormat.G711_ULAW else "audio/pcma"}
 
 
 GA_FORMATS = {
-    "audio/pcm": AudioFormat.PCM16,
-    "audio/pcmu": AudioFormat.G711_ULAW,
-    "audio/pcma": AudioFormat.G711_ALAW,
+    "audio/pcm": RealtimeAudioFormat.PCM16,
+    "audio/pcmu": RealtimeAudioFormat.G711_ULAW,
+    "audio/pcma": RealtimeAudioFormat.G711_ALAW,
 }
 
-_DECODE: dict[AudioFormat, Callable[[bytes], bytes]] = {
-    AudioFormat.G711_ULAW: g711.ulaw_decode,
-    AudioFormat.G711_ALAW: g711.alaw_decode,
+_DECODE: dict[RealtimeAudioFormat, Callable[[bytes], bytes]] = {
+    RealtimeAudioFormat.G711_ULAW: g711.ulaw_decode,
+    RealtimeAudioFormat.G711_ALAW: g711.alaw_decode,
 }
-_ENCODE: dict[AudioFormat, Callable[[bytes], bytes]] = {
-    AudioFormat.G711_ULAW: g711.ulaw_encode,
-    AudioFormat.G711_ALAW: g711.alaw_encode,
+_ENCODE: dict[RealtimeAudioFormat, Callable[[bytes], bytes]] = {
+    RealtimeAudioFormat.G711_ULAW: g711.ulaw_encode,
+    RealtimeAudioFormat.G711_ALAW: g711.alaw_encode,
 }
 
 
@@ -70,12 +71,12 @@ class BadAudio(ValueError):
 class InboundAudio:
     """Client audio (one format, for as long as the session keeps it) -> PCM16 at 24 kHz."""
 
-    def __init__(self, fmt: AudioFormat) -> None:
+    def __init__(self, fmt: RealtimeAudioFormat) -> None:
         self.format = fmt
         self._resampler = StreamResampler(fmt.rate, SESSION_RATE)
 
     def decode(self, data: bytes) -> bytes:
-        if self.format is AudioFormat.PCM16:
+        if self.format is RealtimeAudioFormat.PCM16:
             if len(data) % 2:
                 raise BadAudio(f"pcm16 audio must have an even number of bytes; got {len(data)}")
             return data
@@ -86,18 +87,18 @@ class InboundAudio:
 class OutboundAudio:
     """Reply audio (PCM16 at 24 kHz) -> the client's format; one per response."""
 
-    def __init__(self, fmt: AudioFormat) -> None:
+    def __init__(self, fmt: RealtimeAudioFormat) -> None:
         self.format = fmt
         self._resampler = StreamResampler(SESSION_RATE, fmt.rate)
 
     def encode(self, pcm: bytes) -> bytes:
-        if self.format is AudioFormat.PCM16:
+        if self.format is RealtimeAudioFormat.PCM16:
             return pcm
         return _ENCODE[self.format](float_to_pcm16(self._resampler.process(pcm16_to_float(pcm))))
 
     def flush(self) -> bytes:
         """The resampler's last samples, at the end of a response."""
-        if self.format is AudioFormat.PCM16:
+        if self.format is RealtimeAudioFormat.PCM16:
             return b""
         tail = self._resampler.process(np.zeros(0, np.float32), last=True)
         return _ENCODE[self.format](float_to_pcm16(tail)) if tail.size else b""

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from voxpipe.config import TurnConfig
-from voxpipe.transports.realtime_audio import GA_FORMATS, AudioFormat
+from voxpipe.transports.realtime_audio import GA_FORMATS, RealtimeAudioFormat
 from voxpipe.transports.realtime_client_events import (
     BetaSessionIn,
     GaAudioIn,
@@ -122,8 +122,8 @@ class SessionSettings:
     max_output_tokens: int
     vad_defaults: VadSettings  # the server's turn settings, for a turn_detection set anew
     turn_detection: VadSettings | None
-    input_format: AudioFormat = AudioFormat.PCM16
-    output_format: AudioFormat = AudioFormat.PCM16
+    input_format: RealtimeAudioFormat = RealtimeAudioFormat.PCM16
+    output_format: RealtimeAudioFormat = RealtimeAudioFormat.PCM16
     text_only: bool = False
     transcription: dict[str, Any] | None = None
     temperature: float = 0.8
@@ -178,9 +178,9 @@ class SessionSettings:
         if s.modalities is not None:
             changes["text_only"] = "audio" not in s.modalities
         if s.input_audio_format is not None:
-            changes["input_format"] = AudioFormat(s.input_audio_format)
+            changes["input_format"] = RealtimeAudioFormat(s.input_audio_format)
         if s.output_audio_format is not None:
-            changes["output_format"] = AudioFormat(s.output_audio_format)
+            changes["output_format"] = RealtimeAudioFormat(s.output_audio_format)
         if "input_audio_transcription" in given:
             changes["transcription"] = s.input_audio_transcription
         if s.temperature is not None:
