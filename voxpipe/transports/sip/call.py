@@ -47,9 +47,9 @@ log = logging.getLogger("voxpipe.sip")
 
 T1_S = 0.5  # RFC 3261's round-trip estimate: the first re-send of a 200 OK or a BYE
 T2_S = 4.0  # the longest gap between re-sends
-BYE_TIMEOUT_S = 4.0  # how long our BYE waits for its answer before the call is over anyway
+BYE_TIMEOUT_S = 4.0  # how long our BYE waits for its response before the call is over anyway
 DIGITS = 32  # key presses waiting for the session; more are dropped
-REFER_TIMEOUT_S = 8.0  # how long our REFER waits for its answer
+REFER_TIMEOUT_S = 8.0  # how long our REFER waits for its response
 TRANSFER_TIMEOUT_S = 30.0  # how long a transfer waits for the new call to be answered
 ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"
 _SIPFRAG = re.compile(r"^SIP/2\.0 ([1-6][0-9]{2})\b")
@@ -106,10 +106,10 @@ class SipCall:
         self._acked = asyncio.Event()
         self._over = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._answered: dict[int, asyncio.Event] = {}  # our requests, by CSeq: answered
-        self._statuses: dict[int, int] = {}  # their final answers' status
+        self._responded: dict[int, asyncio.Event] = {}  # our requests, by CSeq: responded
+        self._statuses: dict[int, int] = {}  # their final responses' status
         self._resends: set[asyncio.Task[None]] = set()  # our requests re-sent over UDP
-        self._bye_answered: asyncio.Event | None = None
+        self._bye_responded: asyncio.Event | None = None
         self._transferred = asyncio.Event()  # a NOTIFY said how the REFER's call went
         self._transfer_status = 0
 
@@ -165,12 +165,12 @@ class SipCall:
         self._set_state(CallState.TERMINATED, "(BYE: the caller hung up)")
 
     def response_received(self, message: SipResponse) -> None:
-        """An answer to our BYE or REFER: a final one ends its wait."""
+        """A response to our BYE or REFER: a final one ends its wait."""
         cseq = message.cseq
-        answered = self._answered.get(cseq.number) if cseq is not None else None
-        if cseq is not None and answered is not None and message.status >= 200:
+        responded = self._responded.get(cseq.number) if cseq is not None else None
+        if cseq is not None and responded is not None and message.status >= 200:
             self._statuses.setdefault(cseq.number, message.status)
-            answered.set()
+            responded.set()
 
     def notified(self, body: bytes) -> None:
         """A NOTIFY of our REFER's progress (RFC 3515): its body is the new call's status
@@ -251,24 +251,24 @@ class SipCall:
                 wait = min(2 * wait, T2_S)
 
     def _hang_up_ours(self, why: str) -> None:
-        """We end a call that is up: a BYE goes out (and its answer is awaited in cleanup)."""
+        """We end a call that is up: a BYE goes out (and its response is awaited in cleanup)."""
         if self.state in (CallState.ANSWERED, CallState.CONFIRMED):
             self._set_state(CallState.TERMINATED, why)
             self._send_bye()
 
     def _send_bye(self) -> None:
-        self._bye_answered = self._send_request("BYE")
+        self._bye_responded = self._send_request("BYE")
 
     def _send_request(self, method: str, *headers: tuple[str, str]) -> asyncio.Event:
         """One of our in-dialog requests, re-sent over UDP until answered; the event is set
-        by its final answer (whose status is then in ``_statuses``)."""
+        by its final response (whose status is then in ``_statuses``)."""
         out = self.dialog.request(method, self.config.user_agent)
         for name, value in headers:
             out.add(name, value)
-        answered = self._answered[self.dialog.cseq] = asyncio.Event()
+        responded = self._responded[self.dialog.cseq] = asyncio.Event()
         data = out.encode()
-        self._resend(data, answered, method)
-        return answered
+        self._resend(data, responded, method)
+        return responded
 
     def _resend(self, data: bytes, done: asyncio.Event, method: str) -> None:
         """Send ``data``; over UDP again at T1, 2 T1 ... until ``done`` (or the call's end)."""
@@ -285,12 +285,12 @@ class SipCall:
         once its NOTIFY says that call was answered, we hang up. A refusal, a failed call or
         no word in time: the call goes on here, the error counted and logged."""
         refer_to = refer_uri(target, self.dialog.remote_target)
-        answered = self._send_request(
+        responded = self._send_request(
             "REFER", ("Refer-To", f"<{refer_to}>"), ("Referred-By", self.dialog.contact())
         )
         cseq = self.dialog.cseq
         try:
-            await asyncio.wait_for(answered.wait(), REFER_TIMEOUT_S)
+            await asyncio.wait_for(responded.wait(), REFER_TIMEOUT_S)
             if self._statuses[cseq] >= 300:
                 raise TransferFailed(f"the REFER was answered {self._statuses[cseq]}")
             await asyncio.wait_for(self._transferred.wait(), TRANSFER_TIMEOUT_S)
@@ -319,9 +319,9 @@ class SipCall:
             if self.session is not None:
                 await hang_up(self.session)
             await self.media.close()
-            if self._bye_answered is not None:
+            if self._bye_responded is not None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._bye_answered.wait(), BYE_TIMEOUT_S)
+                    await asyncio.wait_for(self._bye_responded.wait(), BYE_TIMEOUT_S)
         finally:
             resends = list(self._resends)
             for task in resends:

@@ -142,13 +142,13 @@ class Dialog:
             routes=headers.all("record-route"),  # the UAS keeps their order
         )
 
-    def called(self, answer: SipMessage) -> None:
+    def called(self, response: SipMessage) -> None:
         """A call we placed is answered (its 2xx): their tag, contact and route (12.1.2)."""
-        self.remote = answer.headers.get("to") or self.remote
-        contact = answer.headers.get("contact")
+        self.remote = response.headers.get("to") or self.remote
+        contact = response.headers.get("contact")
         if contact:
             self.remote_target = uri_of(contact)
-        self.routes = list(reversed(answer.headers.all("record-route")))
+        self.routes = list(reversed(response.headers.all("record-route")))
 
     @property
     def call_id(self) -> str:

@@ -26,7 +26,7 @@ from voxpipe.observability.printable import check_id
 SIP_VERSION = "SIP/2.0"
 BRANCH_MAGIC = "z9hG4bK"  # RFC 3261 branch ids start with this
 MAX_HEADERS = 100
-RECENT_S = 32.0  # how long an answer is kept for a re-sent request (64 x T1)
+RECENT_S = 32.0  # how long a response is kept for a re-sent request (64 x T1)
 RECENT_MAX = 1024
 MAX_CALL_ID_CHARS = 256  # RFC 3261 sets none; a caller's id in our logs and dialogs
 
@@ -349,11 +349,11 @@ def response(
     return out
 
 
-class RecentAnswers:
-    """The last answer to each request, by (Call-ID, CSeq, method, branch), for a while."""
+class RecentResponses:
+    """The last response to each request, by (Call-ID, CSeq, method, branch), for a while."""
 
     def __init__(self) -> None:
-        self._answers: OrderedDict[tuple[str, ...], tuple[float, bytes]] = OrderedDict()
+        self._responses: OrderedDict[tuple[str, ...], tuple[float, bytes]] = OrderedDict()
 
     def key(self, request: SipRequest) -> tuple[str, ...]:
         cseq = request.cseq
@@ -361,16 +361,16 @@ class RecentAnswers:
 
     def get(self, request: SipRequest) -> bytes | None:
         self._expire()
-        found = self._answers.get(self.key(request))
+        found = self._responses.get(self.key(request))
         return found[1] if found else None
 
     def put(self, request: SipRequest, data: bytes) -> None:
-        self._answers[self.key(request)] = (time.monotonic(), data)
-        self._answers.move_to_end(self.key(request))
-        while len(self._answers) > RECENT_MAX:
-            self._answers.popitem(last=False)
+        self._responses[self.key(request)] = (time.monotonic(), data)
+        self._responses.move_to_end(self.key(request))
+        while len(self._responses) > RECENT_MAX:
+            self._responses.popitem(last=False)
 
     def _expire(self) -> None:
         now = time.monotonic()
-        while self._answers and now - next(iter(self._answers.values()))[0] > RECENT_S:
-            self._answers.popitem(last=False)
+        while self._responses and now - next(iter(self._responses.values()))[0] > RECENT_S:
+            self._responses.popitem(last=False)

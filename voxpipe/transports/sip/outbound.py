@@ -54,8 +54,8 @@ from voxpipe.transports.sip.message import (
 
 log = logging.getLogger("voxpipe.sip")
 
-RESPONSES = 32  # answers to our INVITE waiting to be read; more are dropped (UDP re-sends)
-CANCEL_WAIT_S = 4.0  # how long a CANCEL waits for the INVITE's final answer
+RESPONSES = 32  # responses to our INVITE waiting to be read; more are dropped (UDP re-sends)
+CANCEL_WAIT_S = 4.0  # how long a CANCEL waits for the INVITE's final response
 
 
 class DialFailed(Exception):
@@ -197,11 +197,11 @@ class OutboundCall(SipCall):
         self.outcome: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.outcome.add_done_callback(_retrieved)
         self._responses: asyncio.Queue[SipResponse] = asyncio.Queue(RESPONSES)
-        self._heard = asyncio.Event()  # any answer to the INVITE: no more re-sends
-        self._cancel_answered = asyncio.Event()
+        self._heard = asyncio.Event()  # any response to the INVITE: no more re-sends
+        self._cancel_responded = asyncio.Event()
         self._ringing = False
         self._authenticated = False  # a challenge to our INVITE has been answered
-        self._ack = b""  # our last ACK, sent again for its answer sent again
+        self._ack = b""  # our last ACK, sent again for its response sent again
 
     @classmethod
     def to(
@@ -264,34 +264,34 @@ class OutboundCall(SipCall):
         deadline = loop.time() + self.timeout_s
         while (left := deadline - loop.time()) > 0:
             try:
-                answer = await asyncio.wait_for(self._responses.get(), left)
+                response = await asyncio.wait_for(self._responses.get(), left)
             except TimeoutError:
                 break
-            if answer.status < 200:
-                if not self._ringing and answer.status > 100:
-                    log.info("sip call %s: %d %s", self.call_id, answer.status, answer.reason)
-                self._ringing = self._ringing or answer.status > 100
+            if response.status < 200:
+                if not self._ringing and response.status > 100:
+                    log.info("sip call %s: %d %s", self.call_id, response.status, response.reason)
+                self._ringing = self._ringing or response.status > 100
                 continue
-            if answer.status < 300:
-                return await self._accept(answer)
-            self._ack_failure(answer)
-            if answer.status in (401, 407) and self._authenticate(answer):
+            if response.status < 300:
+                return await self._accept(response)
+            self._ack_failure(response)
+            if response.status in (401, 407) and self._authenticate(response):
                 continue  # the INVITE again, with our credentials
-            reason = answer.reason or REASONS.get(answer.status, "")
-            return self._fail(answer.status, f"{self.target} answered {answer.status} {reason}")
+            reason = response.reason or REASONS.get(response.status, "")
+            return self._fail(response.status, f"{self.target} answered {response.status} {reason}")
         if not self._heard.is_set():  # Timer B: nobody there
             return self._fail(408, f"no answer from {self.target} in {self.timeout_s:g} s")
         return await self._give_up()
 
-    def _authenticate(self, answer: SipResponse) -> bool:
+    def _authenticate(self, response: SipResponse) -> bool:
         """A trunk's challenge (401, 407) to our INVITE answered once, with the
         registration's credentials (``sip.username``, ``sip.password``): the INVITE is sent
         again with the next CSeq. False: no credentials, or this was the second challenge."""
         config = self.config
         if config.username is None or config.password is None or self._authenticated:
             return False
-        proxy = answer.status == 407
-        value = answer.headers.get("proxy-authenticate" if proxy else "www-authenticate") or ""
+        proxy = response.status == 407
+        value = response.headers.get("proxy-authenticate" if proxy else "www-authenticate") or ""
         try:
             challenge = digest.parse_challenge(value)
         except digest.DigestError as exc:
@@ -309,14 +309,14 @@ class OutboundCall(SipCall):
         self._resend(data, self._heard, "INVITE")
         return True
 
-    async def _accept(self, answer: SipResponse) -> bool:
+    async def _accept(self, response: SipResponse) -> bool:
         """A 2xx: the dialog is up; the call runs if its SDP names one of our codecs."""
-        self.dialog.called(answer)
+        self.dialog.called(response)
         self._next_hop()
         try:
-            if answer.content_type != "application/sdp" or not answer.body:
+            if response.content_type != "application/sdp" or not response.body:
                 raise SipError(488, "the 2xx carries no SDP answer")
-            chosen = sdp.accept_answer(sdp.parse_offer(answer.body), self.config.codecs)
+            chosen = sdp.accept_answer(sdp.parse_offer(response.body), self.config.codecs)
         except SipError as exc:
             self._send_ack()
             self._set_state(CallState.CONFIRMED, "(2xx, ACK sent)")
@@ -331,7 +331,7 @@ class OutboundCall(SipCall):
         )
         await self._start_media(self.dialog.remote)
         self._send_ack()
-        self._set_state(CallState.CONFIRMED, f"({answer.status}, ACK sent)")
+        self._set_state(CallState.CONFIRMED, f"({response.status}, ACK sent)")
         assert self.session is not None
         if not self.outcome.done():
             self.outcome.set_result(self.session.id)
@@ -344,12 +344,12 @@ class OutboundCall(SipCall):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CANCEL_WAIT_S):
                 while True:
-                    answer = await self._responses.get()
-                    if answer.status >= 300:
-                        self._ack_failure(answer)
+                    response = await self._responses.get()
+                    if response.status >= 300:
+                        self._ack_failure(response)
                         break
-                    if answer.status >= 200:  # answered as we gave up: we hang up
-                        self.dialog.called(answer)
+                    if response.status >= 200:  # answered as we gave up: we hang up
+                        self.dialog.called(response)
                         self._next_hop()
                         self._send_ack()
                         self._set_state(CallState.CONFIRMED, "(2xx after our CANCEL)")
@@ -383,14 +383,14 @@ class OutboundCall(SipCall):
         self._ack = out.encode()
         self.dialog.flow.send(self._ack)
 
-    def _ack_failure(self, answer: SipResponse) -> None:
+    def _ack_failure(self, response: SipResponse) -> None:
         """The ACK of a 3xx-6xx: part of the INVITE's transaction (17.1.1.3)."""
-        self._ack = in_transaction(self.dialog.invite, "ACK", answer.headers.get("to"))
+        self._ack = in_transaction(self.dialog.invite, "ACK", response.headers.get("to"))
         self.dialog.flow.send(self._ack)
 
     def _send_cancel(self) -> None:
         data = in_transaction(self.dialog.invite, "CANCEL")
-        self._resend(data, self._cancel_answered, "CANCEL")
+        self._resend(data, self._cancel_responded, "CANCEL")
 
     def _next_hop(self) -> None:
         """Over UDP, the dialog's requests go to its first route, else the callee's Contact,
@@ -413,17 +413,17 @@ class OutboundCall(SipCall):
         if cseq is None or message.from_tag != self.dialog.local_tag:
             return
         if cseq.method == "CANCEL":
-            self._cancel_answered.set()
+            self._cancel_responded.set()
         elif cseq.method != "INVITE":
             super().response_received(message)  # our BYE's, our REFER's
         elif self.state is CallState.RINGING:
             invite_cseq = self.dialog.invite.cseq
             if invite_cseq is not None and cseq.number != invite_cseq.number:
-                return  # an answer to the INVITE before a challenge, sent again
+                return  # a response to the INVITE before a challenge, sent again
             self._heard.set()
             with contextlib.suppress(asyncio.QueueFull):
                 self._responses.put_nowait(message)
-        elif message.status >= 200 and self._ack:  # a final answer again: our ACK was lost
+        elif message.status >= 200 and self._ack:  # a final response again: our ACK was lost
             self.dialog.flow.send(self._ack)
 
 

@@ -6,7 +6,7 @@ One binding, one task (:meth:`Registration.run`): REGISTER our Contact for
 credentials (:mod:`digest`; a second challenge for the same nonce means they are wrong); a
 ``423`` asks for at least its ``Min-Expires``; a ``2xx`` says what lifetime was granted
 (our Contact's ``expires``, else ``Expires``), and the binding is renewed once 80% of it
-has passed. A refusal, wrong credentials or no answer is logged and tried again after
+has passed. A refusal, wrong credentials or no response is logged and tried again after
 ``sip.register_retry_s``. :meth:`Registration.close` (server shutdown) removes the binding
 with ``Expires: 0``.
 
@@ -42,7 +42,7 @@ from voxpipe.transports.sip.outbound import Target, address_of_record, target_of
 
 log = logging.getLogger("voxpipe.sip")
 
-TRANSACTION_S = 8.0  # a REGISTER with no final answer in this long has failed
+TRANSACTION_S = 8.0  # a REGISTER with no final response in this long has failed
 UNREGISTER_S = 2.0  # how long shutdown waits for the binding's removal
 RENEW_AT = 0.8  # the share of the granted lifetime after which the binding is renewed
 MAX_CHALLENGES = 2  # challenges answered for one REGISTER (a stale nonce: once more)
@@ -76,7 +76,7 @@ class Registration:
         self.flow: Flow | None = None  # to the registrar (a TCP connection: kept open)
         self._tag = new_tag()
         self._cseq = 0
-        self._answers: asyncio.Queue[SipResponse] = asyncio.Queue(8)
+        self._responses: asyncio.Queue[SipResponse] = asyncio.Queue(8)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -119,7 +119,7 @@ class Registration:
         cseq = message.cseq
         if cseq is not None and cseq.method == "REGISTER" and cseq.number == self._cseq:
             with contextlib.suppress(asyncio.QueueFull):
-                self._answers.put_nowait(message)
+                self._responses.put_nowait(message)
 
     async def register(self, expires_s: int) -> int:
         """One REGISTER (challenges answered); the lifetime granted (0: removed)."""
@@ -132,17 +132,17 @@ class Registration:
         contact = self._contact(flow)
         credentials: tuple[str, str] | None = None
         answered: set[str] = set()  # nonces answered: the same one again is a refusal
-        for _ in range(MAX_CHALLENGES + 2):  # + a 423's retry, + the last answer
-            answer = await self._send(flow, contact, expires_s, credentials)
-            if answer.status in (401, 407):
-                credentials = self._answer_challenge(answer, answered)
-            elif answer.status == 423:
-                minimum = (answer.headers.get("min-expires") or "").strip()
+        for _ in range(MAX_CHALLENGES + 2):  # + a 423's retry, + the last response
+            response = await self._send(flow, contact, expires_s, credentials)
+            if response.status in (401, 407):
+                credentials = self._answer_challenge(response, answered)
+            elif response.status == 423:
+                minimum = (response.headers.get("min-expires") or "").strip()
                 if not minimum.isdigit() or int(minimum) <= expires_s:
                     raise RegistrationFailed(f"423 with Min-Expires {minimum[:12]!r}")
                 expires_s = int(minimum)
-            elif 200 <= answer.status < 300:
-                granted = _granted(answer, contact, expires_s)
+            elif 200 <= response.status < 300:
+                granted = _granted(response, contact, expires_s)
                 self.registered_s = granted
                 if expires_s:
                     self.registrations += 1
@@ -153,19 +153,19 @@ class Registration:
                     log.info("sip: unregistered %s at %s", self.aor, self.target.uri)
                 return granted
             else:
-                raise RegistrationFailed(f"{answer.status} {answer.reason}")
+                raise RegistrationFailed(f"{response.status} {response.reason}")
         raise RegistrationFailed("challenged again and again")
 
-    def _answer_challenge(self, answer: SipResponse, answered: set[str]) -> tuple[str, str]:
-        """The Authorization (401) or Proxy-Authorization (407) that answers ``answer``."""
-        proxy = answer.status == 407
-        value = answer.headers.get("proxy-authenticate" if proxy else "www-authenticate")
+    def _answer_challenge(self, response: SipResponse, answered: set[str]) -> tuple[str, str]:
+        """The Authorization (401) or Proxy-Authorization (407) that answers ``response``."""
+        proxy = response.status == 407
+        value = response.headers.get("proxy-authenticate" if proxy else "www-authenticate")
         try:
             challenge = digest.parse_challenge(value or "")
         except digest.DigestError as exc:
-            raise RegistrationFailed(f"{answer.status}: {exc}") from exc
+            raise RegistrationFailed(f"{response.status}: {exc}") from exc
         if challenge.nonce in answered and not challenge.stale:
-            raise RegistrationFailed(f"{answer.status}: the credentials were refused")
+            raise RegistrationFailed(f"{response.status}: the credentials were refused")
         answered.add(challenge.nonce)
         assert self.config.password is not None
         value = digest.authorization(
@@ -180,10 +180,10 @@ class Registration:
     async def _send(
         self, flow: Flow, contact: str, expires_s: int, credentials: tuple[str, str] | None
     ) -> SipResponse:
-        """One REGISTER sent (again over UDP until answered); its final answer."""
+        """One REGISTER sent (again over UDP until answered); its final response."""
         self._cseq += 1
-        while not self._answers.empty():  # answers to an earlier REGISTER
-            self._answers.get_nowait()
+        while not self._responses.empty():  # responses to an earlier REGISTER
+            self._responses.get_nowait()
         where = f"{bracketed(self._local_host(flow))}:{flow.local[1]}"
         out = new_request(
             "REGISTER",
@@ -206,16 +206,16 @@ class Registration:
             async with asyncio.timeout(TRANSACTION_S):
                 while True:
                     try:
-                        answer = await asyncio.wait_for(
-                            self._answers.get(), None if flow.reliable else wait
+                        response = await asyncio.wait_for(
+                            self._responses.get(), None if flow.reliable else wait
                         )
                     except TimeoutError:  # UDP: sent again (17.1.2.2)
                         flow.send(data)
                         wait = min(2 * wait, T2_S)
                         continue
-                    if answer.status >= 200:
-                        return answer
-                    wait = T2_S  # a provisional answer: re-sent at T2 until the final one
+                    if response.status >= 200:
+                        return response
+                    wait = T2_S  # a provisional response: re-sent at T2 until the final one
         except TimeoutError as exc:
             raise RegistrationFailed(f"no answer in {TRANSACTION_S:g} s") from exc
 
@@ -229,12 +229,12 @@ class Registration:
         return f"<sip:{self.username}@{where}:{flow.local[1]};transport={transport}>"
 
 
-def _granted(answer: SipResponse, contact: str, asked: int) -> int:
+def _granted(response: SipResponse, contact: str, asked: int) -> int:
     """The lifetime the registrar gave our Contact: its ``expires`` in the 2xx's Contact
     list, else the 2xx's ``Expires``, else what we asked for (10.2.4)."""
     ours = uri_of(contact)
-    for value in answer.headers.all("contact"):
+    for value in response.headers.all("contact"):
         if uri_of(value) == ours and (match := _EXPIRES.search(value.split(">", 1)[-1])):
             return int(match[1])
-    expires = (answer.headers.get("expires") or "").strip()
+    expires = (response.headers.get("expires") or "").strip()
     return int(expires) if expires.isdigit() else asked

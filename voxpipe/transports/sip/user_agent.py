@@ -14,7 +14,7 @@ Requests, once parsed and checked (:mod:`message`):
   keep-alive, a dispatcher's probe) is 200, or 503 while a call would be refused; other
   methods 405 with Allow;
 - a request that repeats one answered in the last :data:`RECENT_S` seconds (a re-sent BYE
-  whose 200 was lost) gets the same answer again (:class:`RecentAnswers`).
+  whose 200 was lost) gets the same answer again (:class:`RecentResponses`).
 
 Bad input never reaches a call: a message that is no SIP, or lacks a header every request
 needs, is answered 400 (to its source, with whatever of its headers could be read), and
@@ -49,7 +49,7 @@ from voxpipe.transports.sip.dialog import CallState, Dialog, Flow, TcpFlow, UdpF
 from voxpipe.transports.sip.media import bind_rtp
 from voxpipe.transports.sip.message import (
     Headers,
-    RecentAnswers,
+    RecentResponses,
     SipError,
     SipRequest,
     SipResponse,
@@ -95,7 +95,7 @@ class SipUserAgent:
         self.door = door
         self.metrics = metrics
         self.calls: dict[str, SipCall] = {}  # by Call-ID
-        self.recent = RecentAnswers()
+        self.recent = RecentResponses()
         self.refusals = 0
         self.addresses: list[tuple[str, str, int]] = []  # (transport, host, port) listened on
         self._udp: asyncio.DatagramTransport | None = None
@@ -313,7 +313,7 @@ class SipUserAgent:
         call = self.calls.get(request.call_id)
         if call is not None:
             if request.to_tag == call.dialog.local_tag:  # a re-INVITE: we keep our answer
-                self._answer(flow, request, 200, call.dialog.local_tag, call.answer_sdp)
+                self._respond(flow, request, 200, call.dialog.local_tag, call.answer_sdp)
             elif request.branch == call.dialog.invite.branch:  # the INVITE again
                 flow.send(call.last_response)
             else:
@@ -373,7 +373,7 @@ class SipUserAgent:
         if call is None or not tags or call.state is CallState.RINGING:
             self._refuse(flow, request.headers, 481, "a BYE for no call", request)
             return
-        self._answer(flow, request, 200, call.dialog.local_tag)
+        self._respond(flow, request, 200, call.dialog.local_tag)
         call.bye_received()
 
     def _options(self, request: SipRequest, flow: Flow) -> None:
@@ -384,7 +384,7 @@ class SipUserAgent:
             retry = (("Retry-After", "1"),)
             self._refuse(flow, request.headers, 503, refusing.message, request, retry)
             return
-        self._answer(flow, request, 200, extra=(("Allow", ALLOW), ("Accept", "application/sdp")))
+        self._respond(flow, request, 200, extra=(("Allow", ALLOW), ("Accept", "application/sdp")))
 
     def _notify(self, request: SipRequest, flow: Flow) -> None:
         """A NOTIFY in a call: how the call our REFER asked for is going."""
@@ -392,7 +392,7 @@ class SipUserAgent:
         if call is None or request.to_tag != call.dialog.local_tag:
             self._refuse(flow, request.headers, 481, "a NOTIFY for no call", request)
             return
-        self._answer(flow, request, 200, call.dialog.local_tag)
+        self._respond(flow, request, 200, call.dialog.local_tag)
         call.notified(request.body)
 
     def _cancel(self, request: SipRequest, flow: Flow) -> None:
@@ -400,7 +400,7 @@ class SipUserAgent:
         if call is None or request.branch != call.dialog.invite.branch:
             self._refuse(flow, request.headers, 481, "a CANCEL for no INVITE", request)
             return
-        self._answer(flow, request, 200, call.dialog.local_tag)
+        self._respond(flow, request, 200, call.dialog.local_tag)
         call.cancelled()
 
     def _response(self, message: SipResponse) -> None:
@@ -410,9 +410,9 @@ class SipUserAgent:
         elif self.registration is not None and message.call_id == self.registration.call_id:
             self.registration.response_received(message)
 
-    # -- answers --------------------------------------------------------------------
+    # -- responses ------------------------------------------------------------------
 
-    def _answer(
+    def _respond(
         self,
         flow: Flow,
         request: SipRequest,
