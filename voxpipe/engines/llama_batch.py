@@ -177,10 +177,10 @@ class BatchedLlama:
             session_id, prompt, cancel, usage, Urgency(), 0, None, None, tuple(targets),
             max_prefill,
         )  # fmt: skip
-        answer = None
+        probability = None
         for item in self._results(request):
-            answer = float(item)
-        return answer
+            probability = float(item)
+        return probability
 
     def _enqueue(self, request: BatchRequest) -> bool:
         """Hand ``request`` to the loop; False once the LLM is closed."""
