@@ -145,7 +145,7 @@ class Reply:
             self.ctx.recorder.message(self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
         while self._held_events:
-            await self.ctx.send_event(self._held_events.pop(0))
+            await self.ctx.outbox.send(self._held_events.pop(0))
         self.held = False
         self._update_sendable()
         self._decided.set()
@@ -169,7 +169,7 @@ class Reply:
             self.barge_in.paused_ns = now_ns
         if flush and not self.held and self._audio is not None and self._audio.flush(now_ns):
             self.timeline.counters["flushes"] = int(self.timeline.counters.get("flushes", 0)) + 1
-            await self.ctx.send_event(PlaybackFlush(self.turn_id))
+            await self.ctx.outbox.send(PlaybackFlush(self.turn_id))
 
     def resume(self) -> None:
         self._paused = False
@@ -188,7 +188,7 @@ class Reply:
         self._outcome.move(ReplyStatus.INTERRUPTED, "the caller spoke over the reply")
         self.cancel.cancel()
         self.ctx.pacer.flushed(now_ns)
-        await self.ctx.send_event(PlaybackClear(self.turn_id, self.last_seq))
+        await self.ctx.outbox.send(PlaybackClear(self.turn_id, self.last_seq))
 
     async def cancel_by_client(self, now_ns: int) -> None:
         """The client cancelled the reply: stopped as by a barge-in, reported as cancelled."""
@@ -207,7 +207,7 @@ class Reply:
         if self.held:
             self._held_events.append(event)
         else:
-            await self.ctx.send_event(event)
+            await self.ctx.outbox.send(event)
 
     async def _run(self) -> None:
         try:
@@ -400,8 +400,7 @@ class Reply:
             self.ctx.recorder.message(self.turn_id, "assistant", self.kept_text, self.status)
         self.ctx.recorder.turn_finished(record)
         await asyncio.to_thread(services.turn_log.write, record)
-        if self.ctx.closed:
-            return  # nothing is sent on a closed call, not even response.done
+        # On a closed call the outbox sends nothing, not even response.done.
         with contextlib.suppress(Exception):  # the connection may be gone: nothing to tell
             await self._emit(
                 ResponseDone(
