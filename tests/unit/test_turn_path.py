@@ -49,7 +49,7 @@ from voxpipe.server.app import create_app
 # first: these are the measured numbers, a ceiling so that the path cannot grow while it
 # shrinks to the bounds (lower them as it does).
 MODULES_BOUND = 25
-MODULES_TODAY = 44  # 19 over the bound
+MODULES_TODAY = 43  # 18 over the bound
 UP_CALLS_BOUND = 3
 UP_CALLS_TODAY = 2  # within the bound
 

@@ -203,7 +203,8 @@ class Reply:
 
     # -- the pipeline ---------------------------------------------------------
 
-    async def _emit(self, event: Event) -> None:
+    async def emit(self, event: Event) -> None:
+        """The reply's events to the client: held back while the reply is held."""
         if self.held:
             self._held_events.append(event)
         else:
@@ -231,7 +232,7 @@ class Reply:
                 return
             if not self.held and self.transcript:
                 self.ctx.recorder.message(self.turn_id, "user", self.transcript)
-            await self._emit(Transcript(self.turn_id, self.transcript))
+            await self.emit(Transcript(self.turn_id, self.transcript))
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
                 self._outcome.ran_out(cancelled=True)
                 return
@@ -250,15 +251,15 @@ class Reply:
             error = _alone(group)  # the reply's stages run in a task group, which wraps
             if isinstance(error, EngineBusy):
                 self._outcome.move(ReplyStatus.FAILED, str(error))
-                await self._emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
+                await self.emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
             elif isinstance(error, PromptTooLong):  # the session's tools: no bug, no traceback
                 log.warning("turn %s of %s: %s", self.turn_id, self.ctx.session_id, error)
                 self._outcome.move(ReplyStatus.FAILED, str(error))
-                await self._emit(ErrorEvent.of(ErrorCode.CONTEXT_EXCEEDED, str(error)))
+                await self.emit(ErrorEvent.of(ErrorCode.CONTEXT_EXCEEDED, str(error)))
             else:
                 log.error("turn %s of %s failed", self.turn_id, self.ctx.session_id, exc_info=group)
                 self._outcome.move(ReplyStatus.FAILED, f"{type(error).__name__}: {error}")
-                await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
+                await self.emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
         finally:
             if self.barge_in is not None:
                 self.barge_in.cancelled_ns = time.monotonic_ns()
@@ -304,7 +305,7 @@ class Reply:
         no LLM request, and keep the caller's sound out of the history."""
         self.timeline.counters["false_interruption"] = {"heard": self.transcript, "rest": rest}
         self.text = rest  # stopped before it speaks, this reply still means to say it all
-        await self._emit(Transcript(self.turn_id, self.transcript))
+        await self.emit(Transcript(self.turn_id, self.transcript))
         if self.cancel.cancelled or not rest:
             self._outcome.ran_out(self.cancel.cancelled)
             return
@@ -328,9 +329,7 @@ class Reply:
             self.text,
             self.tool_choice,
         )
-        rounds = ReplyRounds(
-            self, ctx, asked, cancel, stages, self.urgency, audio, self._emit, self._confirmed
-        )
+        rounds = ReplyRounds(self, ctx, asked, cancel, stages, self.urgency, audio)
         usage, llm_clock = LlmUsage(), JobClock()
         try:
             async with asyncio.timeout(cfg.deadlines.turn_s), asyncio.TaskGroup() as group:
@@ -342,11 +341,11 @@ class Reply:
             stages.missed("turn")
             cancel.cancel()
             self._outcome.move(ReplyStatus.FAILED, f"reply exceeded {cfg.deadlines.turn_s:g} s")
-            await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
+            await self.emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
         finally:
             stages.llm_done(llm_clock, usage)
 
-    async def _confirmed(self) -> bool:
+    async def confirmed(self) -> bool:
         """A held reply waits for the end of the turn before it acts (a tool call): False
         if it was thrown away, or stopped, instead."""
         if self.held:
@@ -402,7 +401,7 @@ class Reply:
         await asyncio.to_thread(services.turn_log.write, record)
         # On a closed call the outbox sends nothing, not even response.done.
         with contextlib.suppress(Exception):  # the connection may be gone: nothing to tell
-            await self._emit(
+            await self.emit(
                 ResponseDone(
                     self.turn_id,
                     self.status,
@@ -415,7 +414,7 @@ class Reply:
                     heard_ms=self.heard_ms,
                 )
             )
-            await self._emit(TurnMetrics(self.turn_id, record))
+            await self.emit(TurnMetrics(self.turn_id, record))
 
 
 def _alone(error: BaseException) -> BaseException:
