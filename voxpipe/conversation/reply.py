@@ -21,9 +21,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,6 +58,15 @@ from voxpipe.observability.timeline import BargeIn, TurnTimeline
 log = logging.getLogger("voxpipe.reply")
 
 
+class ReplyOwner(Protocol):
+    """Who keeps the books of a call's finished replies (the session; it imports this
+    module, so it is named here by what it does)."""
+
+    def reply_finished(self, reply: Reply) -> None:
+        """``reply`` is done: runs inside its task, before its record is written and before
+        the next reply reads the history."""
+
+
 @dataclass
 class Reply:
     ctx: ReplyContext
@@ -76,7 +84,7 @@ class Reply:
     first_seq: int | None = None
     last_seq: int | None = None
     barge_in: BargeIn | None = None
-    on_finish: Callable[[Reply], None] | None = None
+    owner: ReplyOwner | None = None  # told when the reply is done (None: nobody)
 
     record: dict[str, Any] | None = None
     last_frame_ns: int = 0  # when the latest frame was handed to the transport
@@ -391,8 +399,8 @@ class Reply:
             tl.counters["barge_in"] = self.barge_in.as_dict()
         record: dict[str, Any] = tl.as_dict()
         self.record = record
-        if self.on_finish is not None:
-            self.on_finish(self)
+        if self.owner is not None:
+            self.owner.reply_finished(self)
         services = self.ctx.services
         services.metrics.observe_turn(tl, self.status)
         if self.kept_text:

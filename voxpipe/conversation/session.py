@@ -155,9 +155,7 @@ class Session:
         self.summarizer = Summarizer(session_id, services, self.history, self.ledger.offered)
         self._turns: TurnTaking[Reply] = TurnTaking(self.turn_config)
         self.replies = Replies(
-            ctx, self._turns, self.summarizer, self.counts, services.metrics,
-            self._on_reply_finished,
-        )  # fmt: skip
+            ctx, self._turns, self.summarizer, self.counts, services.metrics, self)  # fmt: skip
         self.saved = SavedCall(
             self.recorder, services, self.history, self.ledger, self.replies, answered,
             self.counts, input_sample_rate,
@@ -412,8 +410,9 @@ class Session:
             return None
         return self.replies.respond(say=greeting)
 
-    def _on_reply_finished(self, reply: Reply) -> None:
-        """Runs inside the reply task, before the next reply reads the history."""
+    def reply_finished(self, reply: Reply) -> None:
+        """A reply is done (it tells its owner, :class:`~voxpipe.conversation.reply.ReplyOwner`):
+        runs inside the reply task, before the next reply reads the history."""
         self.kept.reply_finished(reply)
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)
