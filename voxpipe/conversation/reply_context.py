@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from voxpipe.conversation.events import ClientOutbox, SendAudio
+from voxpipe.conversation.history import History
 from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_audio import FrameNumbers
@@ -28,7 +29,7 @@ class ReplyContext:
     frames: FrameNumbers
     pacer: Pacer
     output_rate: int
-    history: Callable[[], list[ChatMessage]]
+    history: History  # the call's conversation: a reply reads it, and its tools add to it
     trace: CallTrace = NO_CALL  # the call's span: each reply's turn span is its child
     ledger: ToolLedger | None = None  # the session's tools: None, none offered
     # The caller's words of a turn into the history now (ahead of a tool call), if any.

@@ -205,7 +205,7 @@ class ReplyRounds:
     # -- what the model is asked, and with which tools ---------------------------
 
     def _prompt(self) -> list[ChatMessage]:
-        messages = self._ctx.history()
+        messages = self._ctx.history.messages()
         transcript = self._asked.transcript
         if transcript is not None and self._reply.user_message is None:
             messages.append(ChatMessage("user", transcript))  # not in the history yet
@@ -222,7 +222,7 @@ class ReplyRounds:
             return None, "auto"
         self.stages.offer_tools()
         client_asked = asked.transcript is None
-        answering = not round_no and client_asked and ends_on_result(self._ctx.history())
+        answering = not round_no and client_asked and ends_on_result(self._ctx.history.messages())
         if round_no >= MAX_TOOL_ROUNDS or self._tools_closed or answering:
             return tools, "none"
         return tools, (asked.tool_choice or ledger.tool_choice) if round_no == 0 else "auto"
@@ -262,7 +262,7 @@ class ReplyRounds:
         asked for, the history's latest user message."""
         if self._asked.transcript is not None:
             return self._asked.transcript
-        users = [m.content for m in self._ctx.history() if m.role == "user"]
+        users = [m.content for m in self._ctx.history.messages() if m.role == "user"]
         return users[-1] if users else ""
 
     def commit_turn(self) -> None:

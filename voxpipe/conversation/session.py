@@ -148,7 +148,7 @@ class Session:
         ctx = ReplyContext(
             session_id=session_id, recorder=self.recorder, services=services,
             outbox=self.outbox, send_audio=send_audio, frames=FrameNumbers(), pacer=pacer,
-            output_rate=output_sample_rate, history=self.history.messages, ledger=self.ledger,
+            output_rate=output_sample_rate, history=self.history, ledger=self.ledger,
             commit_turn=self.kept.commit_turn,
             trace=services.tracing.call(self.record.call_id, session_id, transport),
         )  # fmt: skip
