@@ -327,8 +327,7 @@ class Reply:
         ctx, cfg, stages, cancel = self.ctx, self.ctx.services.config, self.stages, self.cancel
         audio = ReplyAudio(
             self, ctx.services, stages, cancel, self.tracker, ctx.pacer,
-            (ctx.send_audio, ctx.frames), ctx.output_rate, self._wait_until_sendable,
-            self.urgency,
+            (ctx.send_audio, ctx.frames), ctx.output_rate, self.urgency,
         )  # fmt: skip
         self._audio = audio
         asked = Asked(
@@ -360,7 +359,7 @@ class Reply:
             await self._decided.wait()
         return not self.cancel.cancelled
 
-    async def _wait_until_sendable(self) -> None:
+    async def until_sendable(self) -> None:
         """Held replies wait for confirmation, paused ones for resume; a cancel wakes both."""
         await self._sendable.wait()
 
