@@ -45,13 +45,13 @@ from voxpipe.engines.base import Engines
 from voxpipe.server import lifecycle
 from voxpipe.server.app import create_app
 
-# Issue 28 asks for <= 25 modules and <= 3 calls back up a layer. Today's path is past both:
-# these are the measured numbers, a ceiling so that the path cannot grow while it shrinks
-# to the issue's bounds (lower them as it does).
+# Issue 28 asks for <= 25 modules and <= 3 calls back up a layer. Today's path is past the
+# first: these are the measured numbers, a ceiling so that the path cannot grow while it
+# shrinks to the issue's bounds (lower them as it does).
 MODULES_BOUND = 25
-MODULES_TODAY = 40  # 15 over the bound
+MODULES_TODAY = 39  # 14 over the bound
 UP_CALLS_BOUND = 3
-UP_CALLS_TODAY = 4  # 1 over the bound
+UP_CALLS_TODAY = 2  # within the bound
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT, DOC = ROOT / "pyproject.toml", ROOT / "docs" / "architecture.md"

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 
 from voxpipe.agent.call_context import CallContext
-from voxpipe.conversation.events import CallEnded, CallTransfer, SendEvent
+from voxpipe.conversation.events import CallEnded, CallTransfer, ClientOutbox
 from voxpipe.conversation.inbound import Inbound
 from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.reply import Reply
@@ -31,14 +31,14 @@ class CallControl:
         caller: str | None,
         inbound: Inbound,
         pacer: Pacer,
-        send_event: SendEvent,
+        outbox: ClientOutbox,
         counts: Counter[str],
     ) -> None:
         """``inbound`` names the transport, once the call is attached to one; ``pacer``
-        says when the caller will have heard the reply out."""
+        says when the caller will have heard the reply out; ``outbox`` tells the transport,
+        and says when the call is over."""
         self._record, self._caller, self._inbound = record, caller, inbound
-        self._pacer, self._send_event, self._counts = pacer, send_event, counts
-        self._closed = False
+        self._pacer, self._outbox, self._counts = pacer, outbox, counts
         self._ending: CallEnded | CallTransfer | None = None  # a tool's, after this reply
         self._end_task: asyncio.Task[None] | None = None
 
@@ -58,7 +58,7 @@ class CallControl:
     def _after_reply(self, event: CallEnded | CallTransfer) -> bool:
         """A tool ended or transferred the call: the transport is told once the reply in
         progress has been heard (:meth:`reply_finished`). False if the call is over."""
-        if self._closed:
+        if self._outbox.closed:
             return False
         self._ending = event
         return True
@@ -78,14 +78,13 @@ class CallControl:
     async def _end_after_playback(self, event: CallEnded | CallTransfer) -> None:
         """The last reply is done; the caller hears it out, then the call ends or moves."""
         await asyncio.sleep(max(0.0, self._pacer.ends_at_ns - time.monotonic_ns()) / 1e9)
-        if not self._closed:
+        if not self._outbox.closed:
             self._counts["ended_by_agent" if isinstance(event, CallEnded) else "transfers"] += 1
-            await self._send_event(event)
+            await self._outbox.send(event)
 
     async def close(self) -> None:
-        """The call is closing: no tool ends or moves it any more, and the end waiting for
-        the caller to hear the last reply out is called off."""
-        self._closed = True
+        """The call is closing (its outbox is closed: no tool ends or moves it any more):
+        the end waiting for the caller to hear the last reply out is called off."""
         task = self._end_task
         if task is not None and task is not asyncio.current_task():
             task.cancel()

@@ -269,3 +269,31 @@ class AudioOut:
 
 SendEvent = Callable[[Event], Awaitable[None]]  # a session's events, to its transport
 SendAudio = Callable[[AudioOut], Awaitable[None]]  # a session's reply frames, to its transport
+
+
+class ClientOutbox:
+    """A call's events on their way to its client, and the one flag that says the call is
+    over. The session builds it around its transport's :data:`SendEvent` and closes it when
+    the call ends; everything that tells the client anything (the session, its replies, the
+    tool ledger, the partial transcripts, the call's end) sends through it, so no event
+    reaches a client after its call, whichever task was still running. Only the caller's
+    dropped audio is told past it (``Inbound``): its last notice goes out as the call
+    closes, while the client may still hear."""
+
+    def __init__(self, transport: SendEvent) -> None:
+        self._transport = transport
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """The call is over: nothing more is sent."""
+        return self._closed
+
+    async def send(self, event: Event) -> None:
+        """To the client, unless the call is over (then dropped). A transport's error
+        (the connection gone) reaches the sender."""
+        if not self._closed:
+            await self._transport(event)
+
+    def close(self) -> None:
+        self._closed = True

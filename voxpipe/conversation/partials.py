@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from voxpipe.conversation.events import Event, TranscriptPartial
+from voxpipe.conversation.events import ClientOutbox, TranscriptPartial
 from voxpipe.conversation.history import History
 from voxpipe.conversation.prompt_warming import PromptWarming
 from voxpipe.conversation.services import Services
@@ -48,12 +48,12 @@ class PartialTranscripts:
         self,
         session_id: str,
         services: Services,
-        send_event: Callable[[Event], Awaitable[None]],
+        outbox: ClientOutbox,
         history: History,
         ledger: ToolLedger,
     ) -> None:
         self.services = services
-        self._send_event = send_event
+        self._outbox = outbox
         self.warming = PromptWarming(session_id, services, history, ledger)
         interval_ms = services.config.stt.partial_interval_ms
         self._interval = interval_ms * STT_SAMPLE_RATE // 1000
@@ -105,7 +105,7 @@ class PartialTranscripts:
         if self._stats.first_ms is None:
             self._stats.first_ms = round((time.monotonic_ns() - self._speech_started_ns) / 1e6, 1)
         with contextlib.suppress(Exception):  # the connection may be gone
-            await self._send_event(TranscriptPartial(turn_id, text))
+            await self._outbox.send(TranscriptPartial(turn_id, text))
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import numpy as np
 
-from voxpipe.conversation.reply import Reply
+from voxpipe.conversation.reply import Reply, ReplyOwner
 from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_taking import TurnTaking
@@ -34,10 +33,10 @@ class Replies:
         summarizer: Summarizer,
         counts: Counter[str],
         metrics: Metrics,
-        on_finish: Callable[[Reply], None],
+        owner: ReplyOwner,
     ) -> None:
-        """``on_finish``: the session's bookkeeping of a finished reply, run inside the reply's
-        task before the next reply reads the history."""
+        """``owner`` (the session) keeps the books of each finished reply: every reply
+        tells it, inside its task, before the next reply reads the history."""
         self.ctx = ctx
         self.turns = turns
         self.last_turn_id = 0  # the latest turn's id: the caller's, a client's or the keypad's
@@ -45,7 +44,7 @@ class Replies:
         self._summarizer = summarizer
         self._counts = counts
         self._metrics = metrics
-        self._on_finish = on_finish
+        self._owner = owner
 
     def start(
         self,
@@ -66,7 +65,7 @@ class Replies:
             audio,
             held=held,
             previous=self.turns.reply,
-            on_finish=self._on_finish,
+            owner=self._owner,
             respond=respond,
             text=text,
             tool_choice=tool_choice,

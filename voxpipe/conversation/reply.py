@@ -21,9 +21,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,6 +57,15 @@ from voxpipe.observability.timeline import BargeIn, StageTimer, TurnTimeline
 log = logging.getLogger("voxpipe.reply")
 
 
+class ReplyOwner(Protocol):
+    """Who keeps the books of a call's finished replies (the session; it imports this
+    module, so it is named here by what it does)."""
+
+    def reply_finished(self, reply: Reply) -> None:
+        """``reply`` is done: runs inside its task, before its record is written and before
+        the next reply reads the history."""
+
+
 @dataclass
 class Reply:
     ctx: ReplyContext
@@ -75,7 +83,7 @@ class Reply:
     first_seq: int | None = None
     last_seq: int | None = None
     barge_in: BargeIn | None = None
-    on_finish: Callable[[Reply], None] | None = None
+    owner: ReplyOwner | None = None  # told when the reply is done (None: nobody)
 
     record: dict[str, Any] | None = None
     last_frame_ns: int = 0  # when the latest frame was handed to the transport
@@ -144,7 +152,7 @@ class Reply:
             self.ctx.recorder.message(self.turn_id, "user", self.transcript)
         # Events the task emits while these sends wait are queued behind them, in order.
         while self._held_events:
-            await self.ctx.send_event(self._held_events.pop(0))
+            await self.ctx.outbox.send(self._held_events.pop(0))
         self.held = False
         self._update_sendable()
         self._decided.set()
@@ -168,7 +176,7 @@ class Reply:
             self.barge_in.paused_ns = now_ns
         if flush and not self.held and self._audio is not None and self._audio.flush(now_ns):
             self.timeline.counters["flushes"] = int(self.timeline.counters.get("flushes", 0)) + 1
-            await self.ctx.send_event(PlaybackFlush(self.turn_id))
+            await self.ctx.outbox.send(PlaybackFlush(self.turn_id))
 
     def resume(self) -> None:
         self._paused = False
@@ -187,7 +195,7 @@ class Reply:
         self._outcome.move(ReplyStatus.INTERRUPTED, "the caller spoke over the reply")
         self.cancel.cancel()
         self.ctx.pacer.flushed(now_ns)
-        await self.ctx.send_event(PlaybackClear(self.turn_id, self.last_seq))
+        await self.ctx.outbox.send(PlaybackClear(self.turn_id, self.last_seq))
 
     async def cancel_by_client(self, now_ns: int) -> None:
         """The client cancelled the reply: stopped as by a barge-in, reported as cancelled."""
@@ -202,11 +210,12 @@ class Reply:
 
     # -- the pipeline ---------------------------------------------------------
 
-    async def _emit(self, event: Event) -> None:
+    async def emit(self, event: Event) -> None:
+        """The reply's events to the client: held back while the reply is held."""
         if self.held:
             self._held_events.append(event)
         else:
-            await self.ctx.send_event(event)
+            await self.ctx.outbox.send(event)
 
     async def _run(self) -> None:
         try:
@@ -230,7 +239,7 @@ class Reply:
                 return
             if not self.held and self.transcript:
                 self.ctx.recorder.message(self.turn_id, "user", self.transcript)
-            await self._emit(Transcript(self.turn_id, self.transcript))
+            await self.emit(Transcript(self.turn_id, self.transcript))
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
                 self._outcome.ran_out(cancelled=True)
                 return
@@ -249,15 +258,15 @@ class Reply:
             error = _alone(group)  # the reply's stages run in a task group, which wraps
             if isinstance(error, EngineBusy):
                 self._outcome.move(ReplyStatus.FAILED, str(error))
-                await self._emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
+                await self.emit(ErrorEvent.of(ErrorCode.ENGINE_BUSY, str(error)))
             elif isinstance(error, PromptTooLong):  # the session's tools: no bug, no traceback
                 log.warning("turn %s of %s: %s", self.turn_id, self.ctx.session_id, error)
                 self._outcome.move(ReplyStatus.FAILED, str(error))
-                await self._emit(ErrorEvent.of(ErrorCode.CONTEXT_EXCEEDED, str(error)))
+                await self.emit(ErrorEvent.of(ErrorCode.CONTEXT_EXCEEDED, str(error)))
             else:
                 log.error("turn %s of %s failed", self.turn_id, self.ctx.session_id, exc_info=group)
                 self._outcome.move(ReplyStatus.FAILED, f"{type(error).__name__}: {error}")
-                await self._emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
+                await self.emit(ErrorEvent.of(ErrorCode.TURN_FAILED, self._outcome.reason))
         finally:
             if self.barge_in is not None:
                 self.barge_in.cancelled_ns = time.monotonic_ns()
@@ -303,7 +312,7 @@ class Reply:
         no LLM request, and keep the caller's sound out of the history."""
         self.timeline.counters["false_interruption"] = {"heard": self.transcript, "rest": rest}
         self.text = rest  # stopped before it speaks, this reply still means to say it all
-        await self._emit(Transcript(self.turn_id, self.transcript))
+        await self.emit(Transcript(self.turn_id, self.transcript))
         if self.cancel.cancelled or not rest:
             self._outcome.ran_out(self.cancel.cancelled)
             return
@@ -317,8 +326,7 @@ class Reply:
         ctx, cfg, stages, cancel = self.ctx, self.ctx.services.config, self.stages, self.cancel
         audio = ReplyAudio(
             self, ctx.services, stages, cancel, self.tracker, ctx.pacer,
-            (ctx.send_audio, ctx.frames), ctx.output_rate, self._wait_until_sendable,
-            self.urgency,
+            (ctx.send_audio, ctx.frames), ctx.output_rate, self.urgency,
         )  # fmt: skip
         self._audio = audio
         asked = Asked(
@@ -327,9 +335,7 @@ class Reply:
             self.text,
             self.tool_choice,
         )
-        rounds = ReplyRounds(
-            self, ctx, asked, cancel, stages, self.urgency, audio, self._emit, self._confirmed
-        )
+        rounds = ReplyRounds(self, ctx, asked, cancel, stages, self.urgency, audio)
         usage, llm_clock = LlmUsage(), JobClock()
         try:
             async with asyncio.timeout(cfg.deadlines.turn_s), asyncio.TaskGroup() as group:
@@ -341,18 +347,18 @@ class Reply:
             stages.missed("turn")
             cancel.cancel()
             self._outcome.move(ReplyStatus.FAILED, f"reply exceeded {cfg.deadlines.turn_s:g} s")
-            await self._emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
+            await self.emit(ErrorEvent.of(ErrorCode.DEADLINE_EXCEEDED, self._outcome.reason))
         finally:
             stages.llm_done(llm_clock, usage)
 
-    async def _confirmed(self) -> bool:
+    async def confirmed(self) -> bool:
         """A held reply waits for the end of the turn before it acts (a tool call): False
         if it was thrown away, or stopped, instead."""
         if self.held:
             await self._decided.wait()
         return not self.cancel.cancelled
 
-    async def _wait_until_sendable(self) -> None:
+    async def until_sendable(self) -> None:
         """Held replies wait for confirmation, paused ones for resume; a cancel wakes both."""
         await self._sendable.wait()
 
@@ -391,18 +397,17 @@ class Reply:
             tl.counters["barge_in"] = self.barge_in.as_dict()
         record: dict[str, Any] = tl.as_dict()
         self.record = record
-        if self.on_finish is not None:
-            self.on_finish(self)
+        if self.owner is not None:
+            self.owner.reply_finished(self)
         services = self.ctx.services
         services.metrics.observe_turn(tl, self.status)
         if self.kept_text:
             self.ctx.recorder.message(self.turn_id, "assistant", self.kept_text, self.status)
         self.ctx.recorder.turn_finished(record)
         await asyncio.to_thread(services.turn_log.write, record)
-        if self.ctx.closed:
-            return  # nothing is sent on a closed call, not even response.done
+        # On a closed call the outbox sends nothing, not even response.done.
         with contextlib.suppress(Exception):  # the connection may be gone: nothing to tell
-            await self._emit(
+            await self.emit(
                 ResponseDone(
                     self.turn_id,
                     self.status,
@@ -415,7 +420,7 @@ class Reply:
                     heard_ms=self.heard_ms,
                 )
             )
-            await self._emit(TurnMetrics(self.turn_id, record))
+            await self.emit(TurnMetrics(self.turn_id, record))
 
 
 def _alone(error: BaseException) -> BaseException:

@@ -16,7 +16,7 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,7 +67,8 @@ class FrameNumbers:
 
 
 class VoicedReply(Protocol):
-    """What the audio writes back into its reply, for the session to read."""
+    """What the audio writes back into its reply, for the session to read, and asks of it
+    (:class:`~voxpipe.conversation.reply.Reply` is the one)."""
 
     @property
     def turn_id(self) -> int: ...
@@ -77,10 +78,15 @@ class VoicedReply(Protocol):
     last_frame_ns: int  # when the latest frame was handed to the transport
     audio_ns: int  # reply audio sent
 
+    async def until_sendable(self) -> None:
+        """Until the reply may send: a held one is confirmed, a paused one resumed (a
+        cancel ends the wait too)."""
+
 
 class ReplyAudio:
     """The queues and the three tasks (:meth:`voice`, :meth:`play`, :meth:`fill_silence`)
-    of one reply's audio. ``sendable`` waits while the reply is held or paused."""
+    of one reply's audio. It sends only while its reply may (held or paused, it waits:
+    :meth:`VoicedReply.until_sendable`)."""
 
     def __init__(
         self,
@@ -92,14 +98,13 @@ class ReplyAudio:
         pacer: Pacer,
         send: tuple[SendAudio, FrameNumbers],  # the transport's send, the frames' numbers
         output_rate: int,
-        sendable: Callable[[], Awaitable[None]],
         urgency: Urgency,
     ) -> None:
         cfg = services.config
         self._reply, self._services, self._stages = reply, services, stages
         self._cancel, self._tracker, self._pacer = cancel, tracker, pacer
         self._send_audio, self._numbers = send
-        self._rate, self._sendable = output_rate, sendable
+        self._rate = output_rate
         self._clauses: asyncio.Queue[str | Phrase | None] = asyncio.Queue(maxsize=64)
         self._frames: asyncio.Queue[tuple[bytes, Sound] | None] = asyncio.Queue(
             maxsize=max(1, cfg.audio.outbound_buffer_ms // cfg.audio.out_frame_ms)
@@ -236,11 +241,11 @@ class ReplyAudio:
                 continue
             self._holding = item
             flushes = self._flushes
-            await self._sendable()
+            await reply.until_sendable()
             delay = pacer.delay_s(time.monotonic_ns())
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self._sendable()
+            await reply.until_sendable()
             self._holding = None
             if cancel.cancelled or self._flushes != flushes:
                 continue  # cancelled, or flushed meanwhile: the frame waits in _again

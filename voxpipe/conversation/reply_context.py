@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from voxpipe.conversation.events import SendAudio, SendEvent
+from voxpipe.conversation.events import ClientOutbox, SendAudio
+from voxpipe.conversation.history import History
 from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.reply_audio import FrameNumbers
@@ -23,13 +24,12 @@ class ReplyContext:
     session_id: str
     recorder: CallRecorder  # where the turns are recorded
     services: Services
-    send_event: SendEvent
+    outbox: ClientOutbox  # the call's events to its client: quiet once the call is over
     send_audio: SendAudio
     frames: FrameNumbers
     pacer: Pacer
     output_rate: int
-    history: Callable[[], list[ChatMessage]]
-    closed: bool = False  # the call is over: nothing more is sent
+    history: History  # the call's conversation: a reply reads it, and its tools add to it
     trace: CallTrace = NO_CALL  # the call's span: each reply's turn span is its child
     ledger: ToolLedger | None = None  # the session's tools: None, none offered
     # The caller's words of a turn into the history now (ahead of a tool call), if any.

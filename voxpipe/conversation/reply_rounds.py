@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,7 +26,6 @@ from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.spoken import SpeechFilter, instead_of_markup
 from voxpipe.conversation.tool_step import (
     MAX_TOOL_ROUNDS,
-    ReplyVoice,
     SilenceGuard,
     ToolOutcome,
     ToolRound,
@@ -51,15 +50,23 @@ class Asked:
 
 
 class AnsweringReply(Protocol):
-    """What the rounds write back into their reply, for the session to read."""
+    """What the rounds write back into their reply, for the session to read, and what they
+    ask of it (:class:`~voxpipe.conversation.reply.Reply` is the one)."""
 
     generated: str  # every word of the answer so far
     user_message: ChatMessage | None  # the caller's words, put in the history early
     words_before: int  # words said before a tool call: that call's message holds them
 
+    async def emit(self, event: Event) -> None:
+        """The reply's events to the client: held back while the reply is held."""
+
+    async def confirmed(self) -> bool:
+        """Until a held reply is released: False if it was thrown away, or stopped."""
+
 
 class ReplyRounds:
-    """The model's side of one reply: :meth:`run` asks, round after round, and speaks."""
+    """The model's side of one reply: :meth:`run` asks, round after round, and speaks. It
+    is the :class:`~voxpipe.conversation.tool_step.ReplyVoice` of its tool rounds."""
 
     def __init__(
         self,
@@ -70,28 +77,20 @@ class ReplyRounds:
         stages: StageTimer,
         urgency: Urgency,
         audio: ReplyAudio,
-        emit: Callable[[Event], Awaitable[None]],
-        confirmed: Callable[[], Awaitable[bool]],
     ) -> None:
-        """``emit``: the reply's events (held back while it is held); ``confirmed``: waits
-        until a held reply is released, False if it was thrown away."""
         self._reply, self._ctx, self._asked = reply, ctx, asked
-        self._cancel, self._stages, self._urgency = cancel, stages, urgency
-        self._audio, self._emit = audio, emit
+        self.turn_id, self.cancel, self.stages = asked.turn_id, cancel, stages
+        self._urgency, self.audio = urgency, audio
         self._chunker = ClauseChunker(ctx.services.config.chunker)
         self._speech = SpeechFilter()  # between the model's text and all that it goes to
         self._guard: SilenceGuard | None = None
         self._tools_closed = False  # the next request is offered no tools
-        self._voice = ReplyVoice(
-            asked.turn_id, cancel, stages, emit, audio.phrase, self._keep_talking, confirmed,
-            self._commit_turn, self._caller_said,
-        )  # fmt: skip
 
     async def run(self, usage: LlmUsage, clock: JobClock) -> None:
         """Every request of the reply, until one ends it: no call, a client's call, a
         question for the caller, the results' own words, or the rounds spent. ``usage`` and
         ``clock`` are the first request's."""
-        messages, cancel = self._prompt(), self._cancel
+        messages, cancel = self._prompt(), self.cancel
         try:
             for round_no in itertools.count():
                 tools, choice = self._offered(round_no)
@@ -99,8 +98,8 @@ class ReplyRounds:
                 ledger = self._ctx.ledger
                 tools_round = None
                 if ledger is not None and tools and choice != "none":
-                    tools_round = ToolRound(self._voice, ledger)
-                with self._stages.llm(timed, used):
+                    tools_round = ToolRound(self, ledger)
+                with self.stages.llm(timed, used):
                     text, calls, wrote = await self._request(
                         round_no, messages, (tools, choice), (timed, used), tools_round
                     )
@@ -109,7 +108,7 @@ class ReplyRounds:
                     if wrote and not text.strip() and not calls:  # only markup
                         text += await self._say(instead_of_markup(messages))
                 if round_no:
-                    self._stages.llm_again(timed, used)
+                    self.stages.llm_again(timed, used)
                 if cancel.cancelled or not calls or tools_round is None:
                     break
                 outcome = await tools_round.run(calls, text.strip())
@@ -129,7 +128,7 @@ class ReplyRounds:
                 await self._flush_clauses()
         finally:
             await self._stop_guard()
-            await self._audio.end()  # done or failed: no filler from here on
+            await self.audio.end()  # done or failed: no filler from here on
 
     async def _request(
         self,
@@ -141,7 +140,7 @@ class ReplyRounds:
     ) -> tuple[str, list[ToolCallRequest], bool]:
         """One request: its words said as they come, its calls collected. Returns the
         words, the calls, and whether the model wrote text (all of it maybe markup)."""
-        cancel, stages, speech = self._cancel, self._stages, self._speech
+        cancel, stages, speech = self.cancel, self.stages, self._speech
         counters = stages.timeline.counters
         calls: list[ToolCallRequest] = []
         text = ""  # this request's words
@@ -172,30 +171,31 @@ class ReplyRounds:
         """Words the caller may hear (``speech``'s): sent, chunked and spoken."""
         if words:
             await self._stop_guard()  # the answer has begun
-            self._audio.first_words.set()
+            self.audio.first_words.set()
             self._reply.generated += words
-            await self._emit(ResponseTextDelta(self._asked.turn_id, words))
+            await self.emit(ResponseTextDelta(self.turn_id, words))
             for clause in self._chunker.push(words):
-                await self._audio.clause(clause)
+                await self.audio.clause(clause)
         return words
 
     async def _flush_clauses(self) -> None:
         for clause in self._chunker.flush():
-            await self._audio.clause(clause)
+            await self.audio.clause(clause)
 
-    def _keep_talking(self, phrase: str) -> None:
+    async def emit(self, event: Event) -> None:
+        """The reply's events (:meth:`Reply.emit`: held back while it is held)."""
+        await self._reply.emit(event)
+
+    async def confirmed(self) -> bool:
+        """Until a held reply is released (:meth:`Reply.confirmed`); False: thrown away."""
+        return await self._reply.confirmed()
+
+    def keep_talking(self, phrase: str) -> None:
         """A tool round's first sign of a call: the guard says ``phrase`` if the silence
         goes on (one guard a reply)."""
-        if self._guard is None and not self._cancel.cancelled:
-            audio, timeline = self._audio, self._stages.timeline
-            self._guard = SilenceGuard(
-                phrase,
-                audio.phrase,
-                audio.quiet_since_ns,
-                lambda: audio.filler_queued,
-                f"guard-{self._ctx.session_id}-{self._asked.turn_id}",
-                lambda: timeline.marks_ns.get("speech_end"),
-            )
+        if self._guard is None and not self.cancel.cancelled:
+            name = f"guard-{self._ctx.session_id}-{self.turn_id}"
+            self._guard = SilenceGuard(phrase, self.audio, self.stages.timeline, name)
 
     async def _stop_guard(self) -> None:
         if self._guard is not None:
@@ -205,7 +205,7 @@ class ReplyRounds:
     # -- what the model is asked, and with which tools ---------------------------
 
     def _prompt(self) -> list[ChatMessage]:
-        messages = self._ctx.history()
+        messages = self._ctx.history.messages()
         transcript = self._asked.transcript
         if transcript is not None and self._reply.user_message is None:
             messages.append(ChatMessage("user", transcript))  # not in the history yet
@@ -220,9 +220,9 @@ class ReplyRounds:
         tools = ledger.offered() if ledger is not None and asked.say is None else None
         if not tools or ledger is None:
             return None, "auto"
-        self._stages.offer_tools()
+        self.stages.offer_tools()
         client_asked = asked.transcript is None
-        answering = not round_no and client_asked and ends_on_result(self._ctx.history())
+        answering = not round_no and client_asked and ends_on_result(self._ctx.history.messages())
         if round_no >= MAX_TOOL_ROUNDS or self._tools_closed or answering:
             return tools, "none"
         return tools, (asked.tool_choice or ledger.tool_choice) if round_no == 0 else "auto"
@@ -240,14 +240,14 @@ class ReplyRounds:
         request = LlmRequest(
             self._ctx.session_id,
             messages,
-            self._cancel,
+            self.cancel,
             usage,
             tools=tuple(tools or ()),
             tool_choice=tool_choice,
-            trace_headers=self._stages.trace_headers(),
+            trace_headers=self.stages.trace_headers(),
             urgency=self._urgency,
         )
-        return self._ctx.services.llm.stream(request, clock, self._audio.llm_gate)
+        return self._ctx.services.llm.stream(request, clock, self.audio.llm_gate)
 
     def _approved(self, round_no: int, tools: ToolRound | None) -> ToolCallRequest | None:
         """A caller's plain yes to the call read back last turn: that call is this
@@ -257,19 +257,19 @@ class ReplyRounds:
             return None
         return ledger.confirmation.approved(transcript)
 
-    def _caller_said(self) -> str:
+    def caller_said(self) -> str:
         """The caller's words this reply answers: its transcript, or for a reply a client
         asked for, the history's latest user message."""
         if self._asked.transcript is not None:
             return self._asked.transcript
-        users = [m.content for m in self._ctx.history() if m.role == "user"]
+        users = [m.content for m in self._ctx.history.messages() if m.role == "user"]
         return users[-1] if users else ""
 
-    def _commit_turn(self) -> None:
+    def commit_turn(self) -> None:
         """A call is about to be recorded: the caller's words go into the history first."""
         transcript, reply = self._asked.transcript, self._reply
         if reply.user_message is None and transcript is not None:
-            reply.user_message = self._ctx.commit_turn(self._asked.turn_id, transcript)
+            reply.user_message = self._ctx.commit_turn(self.turn_id, transcript)
 
 
 async def _called(call: ToolCallRequest) -> AsyncGenerator[LlmOutput, None]:

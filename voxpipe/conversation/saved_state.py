@@ -182,7 +182,7 @@ class SavedCall:
     async def _answer_restored(self, reruns: list[ToolRun], said: str | None) -> None:
         """``said``: the words for calls whose outcome is unknown, rather than the model's."""
         await asyncio.gather(*(run.task for run in reruns), return_exceptions=True)
-        if not self._replies.ctx.closed:
+        if not self._replies.ctx.outbox.closed:
             self._replies.respond(say=said)
 
     def history_snapshot(self) -> HistorySnapshot:

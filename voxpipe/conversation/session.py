@@ -18,6 +18,8 @@ its own tools) is :class:`~voxpipe.conversation.client_commands.ClientCommands`.
 
 The session owns the collaborators of a call, each a named object it drives:
 
+* ``outbox`` (:class:`~voxpipe.conversation.events.ClientOutbox`): every event to the client,
+  from the session, its replies and tools; closing it is the end of the call for them all;
 * ``replies`` (:class:`~voxpipe.conversation.replies.Replies`): starts every reply, numbers
   the turns, stops a reply;
 * ``kept`` (:class:`~voxpipe.conversation.turn_history.TurnHistory`): what the history keeps
@@ -48,7 +50,13 @@ from voxpipe.config import TurnConfig
 from voxpipe.conversation.call_control import CallControl
 from voxpipe.conversation.client_commands import ClientCommands
 from voxpipe.conversation.client_reports import ClientReports, ReportOutcome
-from voxpipe.conversation.events import SendAudio, SendEvent, SpeechStarted, SpeechStopped
+from voxpipe.conversation.events import (
+    ClientOutbox,
+    SendAudio,
+    SendEvent,
+    SpeechStarted,
+    SpeechStopped,
+)
 from voxpipe.conversation.history import History
 from voxpipe.conversation.inbound import Arrivals, Inbound
 from voxpipe.conversation.keypad import KeypadTurns
@@ -106,10 +114,10 @@ class Session:
         self.record = record or CallRecord(new_call_id(), session_id, owner)
         self.recorder = CallRecorder(services.store, self.record)  # every write to the store
         cfg = self.cfg = services.config
-        self._send_event = send_event
+        self.outbox = ClientOutbox(send_event)  # every event to the client; closed: call over
         self.input_sample_rate, self.output_sample_rate = input_sample_rate, output_sample_rate
         self.turn_config = turn_config or cfg.turn
-        self.closed, self.counts = False, Counter[str]()
+        self.counts = Counter[str]()
         self.turns: list[dict[str, object]] = []  # the finished turns' records
         self.history = History(system_prompt or services.instructions)
         self.finished = FinishedTurns(self.history)
@@ -131,24 +139,22 @@ class Session:
         answered, pacer = AnsweredAudio(), Pacer(cfg.audio.playback_lead_ms)
         self.kept = TurnHistory(self.history, self.finished, answered, self.counts)
         self.control = CallControl(
-            self.record, self.caller, self.inbound, pacer, send_event, self.counts)  # fmt: skip
+            self.record, self.caller, self.inbound, pacer, self.outbox, self.counts)  # fmt: skip
         self.ledger = ToolLedger(
             services.toolbox, self.history, self.recorder, lambda: self.saved.persist(),
-            services.metrics, send_event, lambda: self.closed, self.control.call_context,
+            services.metrics, self.outbox, self.control.call_context,
         )  # fmt: skip
         ctx = ReplyContext(
             session_id=session_id, recorder=self.recorder, services=services,
-            send_event=send_event, send_audio=send_audio, frames=FrameNumbers(), pacer=pacer,
-            output_rate=output_sample_rate, history=self.history.messages, ledger=self.ledger,
+            outbox=self.outbox, send_audio=send_audio, frames=FrameNumbers(), pacer=pacer,
+            output_rate=output_sample_rate, history=self.history, ledger=self.ledger,
             commit_turn=self.kept.commit_turn,
             trace=services.tracing.call(self.record.call_id, session_id, transport),
         )  # fmt: skip
         self.summarizer = Summarizer(session_id, services, self.history, self.ledger.offered)
         self._turns: TurnTaking[Reply] = TurnTaking(self.turn_config)
         self.replies = Replies(
-            ctx, self._turns, self.summarizer, self.counts, services.metrics,
-            self._on_reply_finished,
-        )  # fmt: skip
+            ctx, self._turns, self.summarizer, self.counts, services.metrics, self)  # fmt: skip
         self.saved = SavedCall(
             self.recorder, services, self.history, self.ledger, self.replies, answered,
             self.counts, input_sample_rate,
@@ -161,7 +167,7 @@ class Session:
             self.replies, self.commands, self.history, self.recorder, self.counts, self.turn_config
         )
         self.partials = PartialTranscripts(
-            session_id, services, send_event, self.history, self.ledger)  # fmt: skip
+            session_id, services, self.outbox, self.history, self.ledger)  # fmt: skip
         self._reports = ClientReports(services.metrics, self.recorder, self.turns)
         rates = {"input_sample_rate": input_sample_rate, "output_sample_rate": output_sample_rate}
         self.recorder.started({**rates, "turn": self.turn_config.model_dump()})
@@ -338,7 +344,7 @@ class Session:
             await over.pause(now, self._flush_on_pause())
         next_turn = self.replies.last_turn_id + 1
         self.partials.speech_started(next_turn, self._arrivals.of(event.sample + 1))
-        await self._send_event(SpeechStarted(round(event.sample / 16, 1)))
+        await self.outbox.send(SpeechStarted(round(event.sample / 16, 1)))
 
     async def _on_turn_end(self, event: TurnEvent) -> None:
         assert event.audio is not None
@@ -351,10 +357,10 @@ class Session:
             replies.discard(end.discarded)
             if end.speaking is not None:
                 end.speaking.resume()
-            await self._send_event(SpeechStopped(round(event.sample / 16, 1), 0))
+            await self.outbox.send(SpeechStopped(round(event.sample / 16, 1), 0))
             return
         turn_id = replies.last_turn_id + 1
-        await self._send_event(SpeechStopped(round(event.sample / 16, 1), turn_id))
+        await self.outbox.send(SpeechStopped(round(event.sample / 16, 1), turn_id))
         self.kept.turn_ended(turn_id, event.sample)
         speech_end_ns = self._arrivals.of(event.sample)
         answer = self._turns.answer(end)
@@ -403,8 +409,9 @@ class Session:
             return None
         return self.replies.respond(say=greeting)
 
-    def _on_reply_finished(self, reply: Reply) -> None:
-        """Runs inside the reply task, before the next reply reads the history."""
+    def reply_finished(self, reply: Reply) -> None:
+        """A reply is done (it tells its owner, :class:`~voxpipe.conversation.reply.ReplyOwner`):
+        runs inside the reply task, before the next reply reads the history."""
         self.kept.reply_finished(reply)
         if reply.record is not None:
             reply.record["session_counts"] = dict(self.counts)
@@ -435,10 +442,10 @@ class Session:
 
     async def close(self, reason: str = "hangup") -> None:
         """Cancel the replies in flight and wait until their engine work has stopped."""
-        if self.closed:
+        if self.outbox.closed:
             return
         ctx = self.replies.ctx
-        self.closed = ctx.closed = True
+        self.outbox.close()  # from here nothing reaches the client
         await self.control.close()  # no tool ends the call now: it is ending
         await self.inbound.close()
         await self.partials.close()

@@ -27,14 +27,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from voxpipe.agent import Tool, Toolbox, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.agent.call_context import NO_CALL, CallContext
 from voxpipe.conversation.confirmation import Confirmation
-from voxpipe.conversation.events import Event, ToolFinished
+from voxpipe.conversation.events import ClientOutbox, ToolFinished
 from voxpipe.conversation.history import History
 from voxpipe.conversation.record import CallRecorder
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
@@ -103,9 +103,9 @@ class ToolRun:
 class ToolLedger:
     """The tools of one session (its agent's, and a client's own) and every call's fate.
 
-    ``persist`` saves the session's state (``Session.persist``); ``notify`` sends an event to
-    the client and ``closed`` says whether the call is over (nothing is sent then). A call
-    that asks the caller first waits in :attr:`confirmation` (``confirmation.py``), not here."""
+    ``persist`` saves the session's state (``SavedCall.persist``); ``outbox`` tells the
+    client of a call that ended after its reply (nothing once the call is over). A call that
+    asks the caller first waits in :attr:`confirmation` (``confirmation.py``), not here."""
 
     def __init__(
         self,
@@ -114,8 +114,7 @@ class ToolLedger:
         recorder: CallRecorder,
         persist: Callable[[], None],
         metrics: Metrics,
-        notify: Callable[[Event], Awaitable[None]],
-        closed: Callable[[], bool],
+        outbox: ClientOutbox,
         context: Callable[[], CallContext] = lambda: NO_CALL,
     ) -> None:
         """``context`` says who is calling, as the server knows it (``call_context.py``):
@@ -127,8 +126,7 @@ class ToolLedger:
         self._recorder = recorder
         self._persist = persist
         self._metrics = metrics
-        self._notify = notify
-        self._closed = closed
+        self._outbox = outbox
         self._client_tools: dict[str, ToolSpec] = {}
         self.tool_choice = "auto"
         self._runs: dict[str, ToolRun] = {}  # running now, by call id
@@ -247,9 +245,9 @@ class ToolLedger:
             self.settle(run, ToolResult.cancelled(run.call, _since(run.started_ns)))
             raise
         self.settle(run, result)
-        if run.detached and not self._closed():
+        if run.detached:
             with contextlib.suppress(Exception):  # the connection may be gone
-                await self._notify(run.finished())
+                await self._outbox.send(run.finished())
 
     def stop(self, run: ToolRun) -> None:
         """The reply that waited for ``run`` ended (a barge-in, a hang-up): a read-only

@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from voxpipe.agent import InvalidArguments, Tool, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.conversation.confirmation import (
@@ -41,9 +41,10 @@ from voxpipe.conversation.confirmation import (
     unheard_fields,
 )
 from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
+from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
 from voxpipe.engines.base import CancelToken, ChatMessage, ToolCallDelta, ToolCallRequest
-from voxpipe.observability.timeline import StageTimer
+from voxpipe.observability.timeline import StageTimer, TurnTimeline
 
 PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
 AFTER_FILLER_S = 1.0  # ... but not within this long after other words (the filler)
@@ -75,19 +76,30 @@ class ToolOutcome(enum.Enum):
         return self in (ToolOutcome.ANSWER, ToolOutcome.CONFIRM, ToolOutcome.REPEATED)
 
 
-@dataclass(frozen=True)
-class ReplyVoice:
-    """What a tool round borrows from its reply."""
+class ReplyVoice(Protocol):
+    """What a tool round asks of its reply's rounds
+    (:class:`~voxpipe.conversation.reply_rounds.ReplyRounds` is the one; it imports this
+    module, so it is named here by what it does)."""
 
     turn_id: int
     cancel: CancelToken
     stages: StageTimer
-    emit: Callable[[Event], Awaitable[None]]
-    say: Callable[[str], Awaitable[None]]  # a phrase: spoken, but not part of the answer
-    keep_talking: Callable[[str], None]  # start a SilenceGuard (first phrase), if none runs
-    confirmed: Callable[[], Awaitable[bool]]  # a held reply is released; False: thrown away
-    commit_turn: Callable[[], None]  # the caller's words join the history ahead of a call
-    caller_said: Callable[[], str]  # the caller's words this reply answers
+    audio: ReplyAudio  # its voice: a timeout's phrase is spoken, but not part of the answer
+
+    async def emit(self, event: Event) -> None:
+        """The reply's events to the client (held back while the reply is held)."""
+
+    def keep_talking(self, phrase: str) -> None:
+        """Start a :class:`SilenceGuard` (``phrase`` first), if none runs."""
+
+    async def confirmed(self) -> bool:
+        """Until a held reply is released: False if it was thrown away, or stopped."""
+
+    def commit_turn(self) -> None:
+        """The caller's words join the history, ahead of a call."""
+
+    def caller_said(self) -> str:
+        """The caller's words this reply answers."""
 
 
 class ToolRound:
@@ -239,7 +251,7 @@ class ToolRound:
                 await voice.emit(run.finished())
             return False
         if run.result.status is ToolStatus.TIMEOUT and run.tool is not None:
-            await voice.say(run.tool.policy.timeout_phrase)
+            await voice.audio.phrase(run.tool.policy.timeout_phrase)
         said = None
         if run.result.ok and run.tool is not None:
             said = run.tool.policy.says_in(run.result.output)
@@ -265,23 +277,16 @@ class ToolRound:
 
 class SilenceGuard:
     """Says something whenever the caller would sit in silence while tools run (module
-    docstring). ``quiet_since_ns`` says when the caller's audio ran out (None: some is
-    still on its way); ``filler_played``: the reply said its filler."""
+    docstring), in the reply's voice (``audio``: it says when the caller's audio runs out,
+    and whether the filler played). ``timeline`` marks the end of the caller's words, once
+    known (a held reply's, when it is confirmed)."""
 
     def __init__(
-        self,
-        phrase: str,
-        say: Callable[[str], Awaitable[None]],
-        quiet_since_ns: Callable[[], int | None],
-        filler_played: Callable[[], bool],
-        name: str = "silence-guard",
-        caller_done_ns: Callable[[], int | None] = lambda: None,
+        self, phrase: str, audio: ReplyAudio, timeline: TurnTimeline, name: str = "silence-guard"
     ) -> None:
         self._phrase = phrase
-        self._caller_done_ns = caller_done_ns  # the end of the caller's words, once known
-        self._say = say
-        self._quiet_since_ns = quiet_since_ns
-        self._filler_played = filler_played
+        self._audio = audio
+        self._timeline = timeline
         self.said: list[str] = []
         self._task = asyncio.create_task(self._run(), name=name)
 
@@ -290,18 +295,18 @@ class SilenceGuard:
         follow_ups = 0
         while True:
             await asyncio.sleep(TICK_S)
-            quiet_since = self._quiet_since_ns()
+            quiet_since = self._audio.quiet_since_ns()
             if quiet_since is None:
                 continue
             now = time.monotonic_ns()
-            caller_done = self._caller_done_ns()  # a held reply's is set when it is confirmed
+            caller_done = self._timeline.marks_ns.get("speech_end")  # held: once confirmed
             silent_from = started if caller_done is None else min(caller_done, started)
             quiet_s = (now - max(quiet_since, silent_from)) / 1e9
             due = quiet_s >= MAX_SILENCE_S - SPEAK_AHEAD_S
             if not self.said and self._phrase:
                 if (now - started) / 1e9 < PHRASE_AFTER_S and not due:
                     continue
-                if self._filler_played() and (now - quiet_since) / 1e9 < AFTER_FILLER_S:
+                if self._audio.filler_queued and (now - quiet_since) / 1e9 < AFTER_FILLER_S:
                     continue
                 text = self._phrase
             elif due:
@@ -310,7 +315,7 @@ class SilenceGuard:
             else:
                 continue
             self.said.append(text)
-            await self._say(text)
+            await self._audio.phrase(text)
 
     async def stop(self) -> None:
         self._task.cancel()

@@ -83,7 +83,7 @@ class TurnDetector:
         self._min_speech = max(1, round(config.min_speech_ms * ms / window_samples))
         self._barge_in_speech = max(1, round(config.barge_in_min_speech_ms * ms / window_samples))
         # The turn model picks the silence that ends a turn (``end_of_turn: smart_turn``).
-        self.smart = config.end_of_turn == "smart_turn"
+        self.smart = config.by_model
         if self.smart:
             self._silence = max(1, round(config.smart_turn_max_silence_ms * ms / window_samples))
         else:

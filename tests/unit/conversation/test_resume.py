@@ -193,7 +193,7 @@ async def test_a_kept_session_is_taken_back_with_its_transports_state(world: Wor
     outcome = await world.resume("s1")
     assert isinstance(outcome, TakenBack)
     assert outcome.session is session and outcome.state is kept
-    assert session.counts["resumes"] == 1 and not session.closed
+    assert session.counts["resumes"] == 1 and not session.outbox.closed
     assert "s1" not in world.registry.detached and world.opened == []
 
 
@@ -205,7 +205,7 @@ async def test_another_principals_session_is_not_found_and_left_alone(
     with caplog.at_level(logging.WARNING, "voxpipe.resume"):
         outcome = await world.resume("s1", MALLORY)
     assert_not_found(outcome, "s1")
-    assert "s1" in world.registry.detached and not session.closed, "the owner's call is kept"
+    assert "s1" in world.registry.detached and not session.outbox.closed, "the owner's call is kept"
     assert [r.getMessage() for r in caplog.records] == [
         "refused a resume of session s1 by key:mallory: it belongs to another principal"
     ]
@@ -270,7 +270,7 @@ async def test_a_kept_copy_that_moved_on_elsewhere_is_closed_and_restored(world:
     saved_state(world, "s1", epoch=stale.record.epoch + 1)  # another worker took it on
     outcome = await world.resume("s1")
     assert isinstance(outcome, Restored)
-    assert stale.closed and outcome.session is not stale
+    assert stale.outbox.closed and outcome.session is not stale
     assert world.opened[0].epoch == stale.record.epoch + 2
 
 
@@ -286,7 +286,7 @@ async def test_a_moved_on_copy_whose_state_is_gone_fails_the_resume(world: World
     world.store.load_state = newer_then_gone  # type: ignore[method-assign]
     outcome = await world.resume("s1")
     assert outcome == Refusal(ErrorCode.RESUME_FAILED, "the session's state is gone")
-    assert stale.closed
+    assert stale.outbox.closed
 
 
 async def test_a_kept_session_is_not_checked_against_a_store_that_is_not_shared() -> None:

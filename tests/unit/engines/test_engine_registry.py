@@ -99,7 +99,6 @@ def test_the_remote_llm_is_built_through_its_factory() -> None:
 PACKAGE = Path(__file__).resolve().parents[3] / "voxpipe"
 END_OF_TURN_VALUE = {
     "config/turn.py",
-    "conversation/turn_detector.py",
     "transports/realtime_session.py",
 }
 """Where ``smart_turn`` is ``turn.end_of_turn``'s value (a public setting), not the engine."""

@@ -208,7 +208,7 @@ async def test_stop_ends_the_call_and_closes_the_session(line: Line) -> None:
     assert session is not None
     line.send("stop", {"stop": {"accountSid": ACCOUNT, "callSid": CALL}})
     await asyncio.wait_for(line.task, 5)
-    assert session.closed and line.ws.close_code == 1000
+    assert session.outbox.closed and line.ws.close_code == 1000
 
 
 async def test_custom_parameter_instructions_become_the_system_prompt(line: Line) -> None:
