@@ -98,6 +98,12 @@ def cmd_barge_in_vad(args: argparse.Namespace) -> int:
     return barge_in_vad_main(args)
 
 
+def cmd_claim_delay(args: argparse.Namespace) -> int:
+    from bench.claim_delay import main as claim_delay_main
+
+    return claim_delay_main(args)
+
+
 def cmd_confirm_cost(args: argparse.Namespace) -> int:
     from bench.confirm_cost import main as confirm_cost_main
 
@@ -151,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     confirm_cost.add_argument("--requests", type=int, default=12, help="spoken requests")
     confirm_cost.add_argument("--out", type=Path, default=Path("bench-results/confirm-cost.json"))
     confirm_cost.set_defaults(func=cmd_confirm_cost)
+    claim_delay = sub.add_parser(
+        "claim-delay", help="the tokens the claim gate adds before a plain reply's first phrase"
+    )
+    claim_delay.add_argument(
+        "--run", default="bench-results/claims-off-tuning-text.json", help="a tool-eval JSON"
+    )
+    claim_delay.add_argument("--step-ms", type=float, default=20.5, help="one decode step")
+    claim_delay.set_defaults(func=cmd_claim_delay)
 
     llm_speed = sub.add_parser(
         "llm-speed", help="one embedded LLM's time to first token and decode ms/token"

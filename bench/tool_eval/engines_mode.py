@@ -6,6 +6,10 @@ tools=...)``, whose items are text or a ``ToolCallRequest``). Every utterance is
 conversation of its own, so one answer cannot colour the next. No tool is run: the first
 generation is what is scored, as it is what decides the tool.
 
+A reply in words that states what a tool owns with nothing behind it is stopped as the
+server stops it (``llm.hold_claims``, ``conversation/claims.py``): the model is asked again
+for a call, and that call is the outcome's, with the words said before the claim.
+
 An engine whose ``stream`` takes no ``tools`` yet is asked without them; the run then says
 "tools not supported by this engine" and scores only the plain answers.
 """
@@ -23,6 +27,8 @@ from bench.tool_eval.dataset import Utterance
 from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from voxpipe.agent import Agent
 from voxpipe.config import Config
+from voxpipe.conversation.claims import ClaimGate, ClaimRules, grounded_call, known_words
+from voxpipe.conversation.confirmation import question_for
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
@@ -59,6 +65,7 @@ class EngineRun:
         self.stt: SttEngine | None = load_stt(config) if with_stt else None
         self.llm = load_llm(config)
         self.tools_supported = takes_tools(self.llm)
+        self.hold_claims = config.llm.hold_claims
 
     def run(
         self,
@@ -104,16 +111,51 @@ class EngineRun:
         messages.append(ChatMessage("user", heard))
         extra: dict[str, Any] = {} if tools is None else {"tools": tools}
         outcome = Outcome(id_, heard=heard)
-        text = []
         usage = LlmUsage()
         try:
-            for item in self.llm.stream(session, messages, CancelToken(), usage, **extra):
-                if isinstance(item, str):
-                    text.append(item)
-                elif isinstance(item, ToolCallRequest):  # deltas only show it being written
-                    outcome.calls.append(CalledTool(item.name, arguments_of(item.arguments)))
+            outcome.reply = self._ask(session, messages, usage, outcome, extra).strip()
+            outcome.router = {k: v for k, v in usage.extra.items() if k.startswith("tool_call_p")}
+            if tools and self.hold_claims and not outcome.calls:
+                gate = ClaimGate(ClaimRules(tools), known_words(messages))
+                said = gate.push(outcome.reply) + gate.flush()
+                if gate.stopped is not None:  # the server asks again, for a call
+                    outcome.unbacked_claim = f"{gate.stopped.kind}: {gate.stopped.text}"
+                    again = {**extra, "tool_choice": "required"}
+                    self._ask(session, messages, LlmUsage(), outcome, again)
+                    outcome.reply = said.strip()
+                    self._ground(outcome, tools, heard)
         finally:
             self.llm.forget(session)
-        outcome.reply = "".join(text).strip()
-        outcome.router = {k: v for k, v in usage.extra.items() if k.startswith("tool_call_p")}
         return outcome
+
+    def _ground(self, outcome: Outcome, tools: list[ToolSpec], heard: str) -> None:
+        """As the server keeps a call written after a claim: less the values the caller
+        never said, or none and a question for a required one (``reply_rounds.py``)."""
+        specs, words = {t.name: t for t in tools}, known_words([ChatMessage("user", heard)])
+        kept = []
+        for called in outcome.calls:
+            request = ToolCallRequest("", called.name, dict(called.arguments), "")
+            grounded, unsaid = grounded_call(request, specs.get(called.name), words)
+            if unsaid:
+                outcome.calls = []
+                outcome.reply = f"{outcome.reply} {question_for(unsaid)}".strip()
+                return
+            kept.append(CalledTool(grounded.name, dict(grounded.arguments)))
+        outcome.calls = kept
+
+    def _ask(
+        self,
+        session: str,
+        messages: list[ChatMessage],
+        usage: LlmUsage,
+        outcome: Outcome,
+        extra: dict[str, Any],
+    ) -> str:
+        """One request: its calls go into ``outcome``; returns its words."""
+        text = []
+        for item in self.llm.stream(session, messages, CancelToken(), usage, **extra):
+            if isinstance(item, str):
+                text.append(item)
+            elif isinstance(item, ToolCallRequest):  # deltas only show it being written
+                outcome.calls.append(CalledTool(item.name, arguments_of(item.arguments)))
+        return "".join(text)

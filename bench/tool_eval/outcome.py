@@ -24,6 +24,7 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0
     router: dict[str, float] = field(default_factory=dict)  # engines mode: P(call) per look
+    unbacked_claim: str | None = None  # the claim its words stated first (then asked again)
 
     @property
     def tools(self) -> set[str]:

@@ -185,6 +185,7 @@ def _outcome(row: dict[str, Any]) -> Outcome:
         error=row["error"],
         seconds=row["seconds"],
         router=row.get("router", {}),
+        unbacked_claim=row.get("unbacked_claim"),
     )
 
 

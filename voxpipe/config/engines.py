@@ -257,6 +257,14 @@ class LlmConfig(_EngineSection):
         "argument was said). Lower than tool_threshold: a lookup changes nothing, and the "
         "check of its arguments stops the calls the caller never asked for.",
     )
+    hold_claims: bool = Field(
+        True,
+        description="With tools, before a tool has answered in the reply: a sentence that "
+        "may state what a tool owns (a time or price nobody gave, an action done, a "
+        "lookup's answer) is held until it ends, and if it does state one with no result "
+        "behind it, it is not said: the model is asked for a call instead "
+        "(conversation/claims.py, docs/agents.md). Any engine, remote ones included.",
+    )
     tool_temperature: float = Field(
         0.0,
         ge=0.0,

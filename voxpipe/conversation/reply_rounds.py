@@ -9,6 +9,10 @@ tool call ends the words before it and goes to a
 answer's first words a :class:`~voxpipe.conversation.tool_step.SilenceGuard` says the tool's
 phrase. A reply given its words (a greeting, the rest of an interrupted reply) makes the same
 one round with those words in place of the model's.
+
+Until a tool has answered, the first request's words also pass a claim gate
+(``claims.py``): a sentence that states what a tool owns, with nothing behind it, is not said,
+and the model is asked once more, for a call.
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from voxpipe.conversation.chunker import ClauseChunker
+from voxpipe.conversation.claims import (
+    UNCHECKED,
+    ClaimGate,
+    ClaimRules,
+    grounded_call,
+    known_words,
+)
+from voxpipe.conversation.confirmation import question_for
 from voxpipe.conversation.events import Event, ResponseTextDelta
 from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.reply_context import ReplyContext
@@ -85,6 +97,7 @@ class ReplyRounds:
         self._speech = SpeechFilter()  # between the model's text and all that it goes to
         self._guard: SilenceGuard | None = None
         self._tools_closed = False  # the next request is offered no tools
+        self._claims: ClaimGate | None = None  # the request's claim gate (claims.py), if any
 
     async def run(self, usage: LlmUsage, clock: JobClock) -> None:
         """Every request of the reply, until one ends it: no call, a client's call, a
@@ -99,13 +112,17 @@ class ReplyRounds:
                 tools_round = None
                 if ledger is not None and tools and choice != "none":
                     tools_round = ToolRound(self, ledger)
+                self._claims = self._claim_gate(round_no, messages, tools, choice)
                 with self.stages.llm(timed, used):
                     text, calls, wrote = await self._request(
                         round_no, messages, (tools, choice), (timed, used), tools_round
                     )
                 if not cancel.cancelled:
-                    text += await self._say(self._speech.flush())
-                    if wrote and not text.strip() and not calls:  # only markup
+                    text += await self._say(self._passed(self._speech.flush(), final=True))
+                    if self._claims is not None and self._claims.stopped is not None:
+                        more, calls = await self._instead_of_claim(messages, tools, tools_round)
+                        text += more
+                    elif wrote and not text.strip() and not calls:  # only markup
                         text += await self._say(instead_of_markup(messages))
                 if round_no:
                     self.stages.llm_again(timed, used)
@@ -157,15 +174,88 @@ class ReplyRounds:
                         self._chunker.hurry()  # shed work: past capacity
                         counters["late"] = True
                     wrote = True
-                    text += await self._say(speech.push(item))
+                    text += await self._say(self._passed(speech.push(item)))
+                    if self._claims is not None and self._claims.stopped is not None:
+                        break  # an unbacked claim: no more of these words (run asks again)
                 elif tools_round is not None:  # a call: say what came before
-                    text += await self._say(speech.flush())
+                    text += await self._say(self._passed(speech.flush(), final=True))
                     await self._flush_clauses()
                     if isinstance(item, ToolCallDelta):
                         await tools_round.writing(item)
                     else:
                         calls.append(item)
         return text, calls, wrote
+
+    def _passed(self, words: str, final: bool = False) -> str:
+        """What of ``words`` the claim gate lets through now (all of them without one)."""
+        gate = self._claims
+        if gate is None:
+            return words
+        passed = gate.push(words)
+        return passed + gate.flush() if final else passed
+
+    def _claim_gate(
+        self,
+        round_no: int,
+        messages: list[ChatMessage],
+        tools: Sequence[ToolSpec] | None,
+        choice: str,
+    ) -> ClaimGate | None:
+        """A gate for the model's words when they may state what a tool owns with no result
+        behind them: the reply's first request, with tools the model may call or not."""
+        if round_no or not tools or choice != "auto" or self._asked.say is not None:
+            return None
+        if not self._ctx.services.config.llm.hold_claims:
+            return None
+        return ClaimGate(ClaimRules(tools), known_words(messages))
+
+    async def _instead_of_claim(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[ToolSpec] | None,
+        tools_round: ToolRound | None,
+    ) -> tuple[str, list[ToolCallRequest]]:
+        """The model's words stated a claim no tool backs: ask it again, for a call (the
+        words said before the claim stay). A model that answers in words again (a remote
+        one may) is gated again, and an unbacked claim then gives way to
+        :data:`~voxpipe.conversation.claims.UNCHECKED`."""
+        gate = self._claims
+        assert gate is not None and gate.stopped is not None
+        counters = self.stages.timeline.counters
+        counters["unbacked_claim"] = {"kind": gate.stopped.kind, "text": gate.stopped.text}
+        self._claims = ClaimGate(gate.rules, gate.known)
+        timed, used = JobClock(), LlmUsage()
+        with self.stages.llm(timed, used):
+            text, calls, _ = await self._request(
+                1, messages, (tools, "required"), (timed, used), tools_round
+            )
+        self.stages.llm_again(timed, used)
+        if not self.cancel.cancelled:
+            text += await self._say(self._passed(self._speech.flush(), final=True))
+        if self._claims.stopped is not None and not calls and not self.cancel.cancelled:
+            text += await self._say(UNCHECKED)
+        self._claims = None
+        kept, unsaid = self._grounded(calls, tools or ())
+        if unsaid and self._ctx.ledger is not None and not self.cancel.cancelled:
+            self._ctx.ledger.confirmation.ask(self.turn_id, unsaid)
+            text += await self._say(question_for(unsaid))
+        return text, kept
+
+    def _grounded(
+        self, calls: list[ToolCallRequest], tools: Sequence[ToolSpec]
+    ) -> tuple[list[ToolCallRequest], list[str]]:
+        """The calls the model was made to write, less the values it made up
+        (:func:`~voxpipe.conversation.claims.grounded_call`); none, and the values to ask
+        for, when one lacks a required value the caller never gave."""
+        words = known_words([ChatMessage("user", self.caller_said())])
+        specs = {spec.name: spec for spec in tools}
+        kept = []
+        for call in calls:
+            grounded, unsaid = grounded_call(call, specs.get(call.name), words)
+            if unsaid:
+                return [], unsaid
+            kept.append(grounded)
+        return kept, []
 
     async def _say(self, words: str) -> str:
         """Words the caller may hear (``speech``'s): sent, chunked and spoken."""

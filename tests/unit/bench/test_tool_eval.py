@@ -304,8 +304,12 @@ class ToolLlm:
         usage: LlmUsage,
         trace_headers: Any = None,
         tools: Any = None,
+        tool_choice: str = "auto",
     ) -> Iterator[Any]:
         self.offered.append(tools)
+        return self.reply(messages, tools, tool_choice)
+
+    def reply(self, messages: Sequence[ChatMessage], tools: Any, tool_choice: str) -> Iterator[Any]:
         if tools:
             arguments = {"name": "Smith", "date": "tonight", "time": "7pm", "party_size": 2}
             yield ToolCallDelta("c1", "book_table", json.dumps(arguments))  # not a call
@@ -333,7 +337,36 @@ class PlainLlm(ToolLlm):
 def _engine_run(llm: ToolLlm) -> engines_mode.EngineRun:
     run = engines_mode.EngineRun.__new__(engines_mode.EngineRun)
     run.stt, run.llm, run.tools_supported = None, llm, engines_mode.takes_tools(llm)  # type: ignore[assignment]
+    run.hold_claims = True
     return run
+
+
+class ClaimingLlm(ToolLlm):
+    """Answers in words that make up the hours, and calls ``opening_hours`` when made to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.choices: list[str] = []
+
+    def reply(self, messages: Sequence[ChatMessage], tools: Any, tool_choice: str) -> Iterator[Any]:
+        self.choices.append(tool_choice)
+        if tool_choice == "required":
+            arguments = {"day": "today"}  # nobody said "today": dropped (it is optional)
+            yield ToolCallRequest("c1", "opening_hours", arguments, json.dumps(arguments))
+            return
+        yield from ("Hello! ", "We are open ", "from 10:00 AM ", "to 6:30 PM.")
+
+
+def test_engines_mode_stops_a_made_up_answer_as_the_server_does() -> None:
+    agent = load_agent(RESTAURANT_AGENT)
+    llm = ClaimingLlm()
+    [outcome] = _engine_run(llm).run(
+        agent, [_request("What are your opening hours?", "opening_hours")], None, True
+    )
+    assert llm.choices == ["auto", "required"]
+    assert outcome.unbacked_claim == "value: 10:00 AM"
+    assert outcome.calls == [CalledTool("opening_hours", {})]
+    assert outcome.reply == "Hello!"  # the words before the claim
 
 
 def test_engines_mode_offers_the_agents_tools_and_reads_tool_calls() -> None:
