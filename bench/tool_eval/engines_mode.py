@@ -27,7 +27,13 @@ from bench.tool_eval.dataset import Utterance
 from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from voxpipe.agent import Agent
 from voxpipe.config import Config
-from voxpipe.conversation.claims import ClaimGate, ClaimRules, grounded_call, known_words
+from voxpipe.conversation.claims import (
+    TO_CHECK,
+    ClaimGate,
+    ClaimRules,
+    grounded_call,
+    known_words,
+)
 from voxpipe.conversation.confirmation import question_for
 from voxpipe.engines.base import (
     CancelToken,
@@ -138,7 +144,7 @@ class EngineRun:
             grounded, unsaid = grounded_call(request, specs.get(called.name), words)
             if unsaid:
                 outcome.calls = []
-                outcome.reply = f"{outcome.reply} {question_for(unsaid)}".strip()
+                outcome.reply = f"{outcome.reply} {question_for(unsaid, TO_CHECK)}".strip()
                 return
             kept.append(CalledTool(grounded.name, dict(grounded.arguments)))
         outcome.calls = kept

@@ -14,7 +14,9 @@ so no tool result stands behind any of its words; in server mode a turn that cal
 had its result). Matching is case-insensitive, on the reply with ``allowed`` removed, and a
 match is not an invention:
 
-- when the caller said it (its words occur in what was heard: "room 312" repeated back);
+- when the caller said it: its words occur in what was heard ("room 312" repeated back),
+  or its numbers do ("your ticket 14002" for "my ticket 1,400,2": a number heard in groups
+  is one number);
 - when it is asked about, not stated: within the same clause after "if", "whether",
   "check", "see" or "let me" ("let me check whether a table is free").
 
@@ -139,11 +141,24 @@ class FactChecker:
             for match in pattern.finditer(text):
                 if _plain(match[0]) and f" {_plain(match[0])} " in said:
                     continue
+                if _numbers_said(match[0], said):
+                    continue
                 if _ASKING.search(text[: match.start()]):
                     continue
                 out.append(Invented(name, match[0].strip()))
         return out
 
 
+def _numbers_said(fact: str, said: str) -> bool:
+    """A fact whose numbers the caller said, worded otherwise: "your ticket number 14002"
+    for "my ticket number 1,400,2", "11 am" for "11am" (zeros, as in "10:00", need not be)."""
+    numbers = [n for n in re.findall(r"\d+", _plain(fact)) if n.strip("0")]
+    heard = set(re.findall(r"\d+", said))
+    return bool(numbers) and all(n in heard for n in numbers)
+
+
 def _plain(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+    """Lower-case words; a number written in groups is one ("1,400,2" as Whisper heard
+    "fourteen thousand and two" is 14002, as a reply says it back)."""
+    joined = re.sub(r"(?<=\d)[ ,.](?=\d)", "", text.lower())
+    return " ".join(re.findall(r"[a-z0-9]+", joined))

@@ -97,6 +97,9 @@ _ASKING = re.compile(
     r"can i|can you|want me to|like me to|i can|i could|i'll|i will|to be)\b[^.!?,;]*$",
     re.IGNORECASE,
 )
+# Opens the question for the values a call written after a claim lacks (the caller may have
+# said them: the model did not write them).
+TO_CHECK = "I can check that for you."
 # Said instead of a claim that no tool backs, when the model, asked for a call, wrote words
 # again (a remote model may not honour "required").
 UNCHECKED = "I'm sorry, I can't check that right now."

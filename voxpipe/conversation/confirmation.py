@@ -193,11 +193,11 @@ def _was_said(word: str, heard: set[str]) -> bool:
     return any(difflib.SequenceMatcher(None, word, w).ratio() >= SPELLING_RATIO for w in heard)
 
 
-def question_for(fields: Iterable[str]) -> str:
+def question_for(fields: Iterable[str], opening: str = "Sorry, I didn't catch that.") -> str:
     """Ask for values the caller has not given ("what name should I use?")."""
     *others, last = [_spoken(f) for f in fields]
     listed = f"{', '.join(others)} and {last}" if others else last
-    return f"Sorry, I didn't catch that. What {listed} should I use?"
+    return f"{opening} What {listed} should I use?"
 
 
 def readback(tool: Tool, arguments: Mapping[str, Any], valid: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from voxpipe.conversation.chunker import ClauseChunker
 from voxpipe.conversation.claims import (
+    TO_CHECK,
     UNCHECKED,
     ClaimGate,
     ClaimRules,
@@ -238,7 +239,7 @@ class ReplyRounds:
         kept, unsaid = self._grounded(calls, tools or ())
         if unsaid and self._ctx.ledger is not None and not self.cancel.cancelled:
             self._ctx.ledger.confirmation.ask(self.turn_id, unsaid)
-            text += await self._say(question_for(unsaid))
+            text += await self._say(question_for(unsaid, TO_CHECK))
         return text, kept
 
     def _grounded(

@@ -127,6 +127,10 @@ def test_what_the_caller_said_is_not_invented() -> None:
     assert [i.text for i in hotel.find("Room 214 is yours.", heard="in room 312")] == ["Room 214"]
     # a number inside another one is not what the caller said
     assert FactChecker(["clock_time"]).find("At 2 pm.", heard="at 12 pm")
+    # a number heard in groups is the number said back
+    helpdesk = FactChecker(["ticket_number"])
+    assert helpdesk.find("No news on your ticket number 14002.", heard="ticket 1,400,2?") == []
+    assert helpdesk.find("No news on your ticket number 14003.", heard="ticket 1,400,2?")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import tool
 from voxpipe.conversation.claims import (
+    TO_CHECK,
     UNCHECKED,
     Claim,
     ClaimGate,
@@ -210,4 +211,5 @@ async def test_a_forced_call_with_a_guessed_value_asks_for_it_instead(
     await call.say()
     await call.idle()
     assert ran == []  # a lookup for a day nobody named is not run
-    assert call.done(1).text == question_for(["day"])  # type: ignore[union-attr]
+    assert call.done(1).text == question_for(["day"], TO_CHECK)  # type: ignore[union-attr]
+    assert call.done(1).text == "I can check that for you. What day should I use?"  # type: ignore[union-attr]
