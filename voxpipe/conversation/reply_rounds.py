@@ -222,8 +222,7 @@ class ReplyRounds:
         :data:`~voxpipe.conversation.claims.UNCHECKED`."""
         gate = self._claims
         assert gate is not None and gate.stopped is not None
-        counters = self.stages.timeline.counters
-        counters["unbacked_claim"] = {"kind": gate.stopped.kind, "text": gate.stopped.text}
+        self.stages.unbacked_claim(gate.stopped.kind, gate.stopped.text)
         self._claims = ClaimGate(gate.rules, gate.known)
         timed, used = JobClock(), LlmUsage()
         with self.stages.llm(timed, used):

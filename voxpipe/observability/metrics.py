@@ -217,6 +217,12 @@ class Metrics:
         self.tool_calls = m.counter(
             "voxpipe_tool_calls_total", "Tool calls by tool and how they ended.", ["tool", "status"]
         )
+        self.unbacked_claims = m.counter(
+            "voxpipe_unbacked_claims_total",
+            "Replies whose words stated what a tool owns with no result behind them: not "
+            "said, the model asked for a call instead.",
+            ["kind"],
+        )
         self.tool_calls_per_turn = m.histogram(
             "voxpipe_tool_calls_per_turn",
             "Tool calls the model made in one turn, of the turns that were offered tools.",

@@ -155,6 +155,7 @@ class TurnCounters(Protocol):
 
     fillers: Counter
     deadline_misses: Counter
+    unbacked_claims: Counter
 
 
 @dataclass
@@ -286,6 +287,11 @@ class StageTimer:
         """The first token was late and the filler is said."""
         self._metrics.fillers.inc()
         self.timeline.counters["filler"] = text
+
+    def unbacked_claim(self, kind: str, text: str) -> None:
+        """The model's words stated what a tool owns, with nothing behind it: not said."""
+        self._metrics.unbacked_claims.labels(kind).inc()
+        self.timeline.counters["unbacked_claim"] = {"kind": kind, "text": text}
 
     def llm_done(self, job: JobTimes, usage: TokenUsage) -> None:
         """The reply's pipeline is over, however it ended: what the LLM cost."""

@@ -155,6 +155,8 @@ async def test_an_unbacked_claim_becomes_a_call_and_the_answer_is_the_tools(
     assert call.done(1).text == "No table is free on Friday."  # type: ignore[union-attr]
     (metrics,) = [m.metrics for m in call.of(TurnMetrics) if m.turn_id == 1]
     assert metrics["unbacked_claim"] == {"kind": "lookup", "text": "we have a table"}
+    counted = call.metrics.registry.get_sample_value
+    assert counted("voxpipe_unbacked_claims_total", {"kind": "lookup"}) == 1
 
 
 async def test_words_again_instead_of_a_call_give_way_to_an_apology(
