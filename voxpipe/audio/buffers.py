@@ -19,7 +19,7 @@ class Chunk:
     arrived_ns: int
 
 
-class JitterBuffer:
+class InboundAudioBuffer:
     """Caller audio between the socket and the VAD, at most ``max_ms`` of it.
 
     The receive loop only appends, so a slow VAD never stalls the socket; when

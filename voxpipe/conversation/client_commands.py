@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from voxpipe.config import LlmConfig
 from voxpipe.conversation.history import History
@@ -27,6 +28,14 @@ from voxpipe.observability.timeline import TurnTimeline
 MIN_COMMIT_MS = 100  # less committed audio is not a turn (as the OpenAI Realtime API says)
 
 
+class SpeechInProgress(Protocol):
+    """Who listens to the caller's speech (the session; it imports this module, so it is
+    named here by what it does)."""
+
+    def forget_speech(self, always: bool) -> None:
+        """Drop the speech in progress (``always``: even between turns)."""
+
+
 class ClientCommands:
     """Client-driven turns (commit, response.create, item edits) and client tools."""
 
@@ -39,15 +48,14 @@ class ClientCommands:
         inbound: Inbound,
         counts: Counter[str],
         llm: LlmConfig,
-        forget_speech: Callable[[bool], None],
+        listener: SpeechInProgress,
     ) -> None:
-        """``forget_speech``: the session's
-        :meth:`~voxpipe.conversation.session.Session.forget_speech`, for when the client
+        """``listener``: the session, whose speech in progress is forgotten when the client
         takes the turns over or clears its input."""
         self._replies, self._turns = replies, replies.turns
         self._history, self._finished, self._ledger = history, finished, ledger
         self._inbound, self._counts, self._llm = inbound, counts, llm
-        self._forget_speech = forget_speech
+        self._listener = listener
         self.server_vad = True  # False: the client ends turns itself (commit_input)
         self.auto_respond = True  # False: a turn's end starts no reply (respond asks)
         self.uncommitted = Uncommitted(inbound, counts)  # for commit_input
@@ -58,7 +66,7 @@ class ClientCommands:
         asks for one (``Replies.respond``). Speech or audio in progress under the old mode
         is dropped."""
         if server_vad != self.server_vad:
-            self._forget_speech(True)  # even between turns
+            self._listener.forget_speech(True)  # even between turns
             self.uncommitted.take()
         if not auto_respond:
             self._replies.discard(self._turns.drop_held())
@@ -73,7 +81,7 @@ class ClientCommands:
         a commit, or speech the VAD is in the middle of)."""
         self._inbound.clear()
         self.uncommitted.take()
-        self._forget_speech(False)  # the speech in progress, if any
+        self._listener.forget_speech(False)  # the speech in progress, if any
 
     async def commit_input(self) -> int | None:
         """Manual turns: the audio received since the last commit is one caller turn. It is

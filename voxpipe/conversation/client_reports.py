@@ -43,7 +43,7 @@ class ClientReports:
         self, turn_id: int, client: ClientTiming, reply: Reply | None, transport: str
     ) -> ReportOutcome:
         """Apply ``client``'s report of turn ``turn_id``; ``reply`` is the session's latest."""
-        if reply is not None and reply.turn_id == turn_id and reply.record is None:
+        if reply is not None and reply.turn_id == turn_id and reply.turn_record is None:
             if reply.stages.client is not None:
                 return ReportOutcome.ALREADY
             reply.stages.reported(client)

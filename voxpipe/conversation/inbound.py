@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from voxpipe.audio.buffers import DropNotice, DropReports, JitterBuffer
+from voxpipe.audio.buffers import DropNotice, DropReports, InboundAudioBuffer
 from voxpipe.conversation.events import AudioDropped, ErrorCode, SendEvent
 from voxpipe.conversation.services import Services
 from voxpipe.engines.base import STT_SAMPLE_RATE
@@ -50,7 +50,7 @@ class Inbound:
         self._send_event = send_event
         self._process = process
         self._counts = counts
-        self._buffer = JitterBuffer(sample_rate, self._limits.inbound_buffer_ms)
+        self._buffer = InboundAudioBuffer(sample_rate, self._limits.inbound_buffer_ms)
         self.transport = "unknown"  # set by Call.attach; labels the dropped-audio counter
         self._drops = DropReports()
         self._drop_cause = ""

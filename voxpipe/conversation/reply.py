@@ -85,7 +85,7 @@ class Reply:
     barge_in: BargeIn | None = None
     owner: ReplyOwner | None = None  # told when the reply is done (None: nobody)
 
-    record: dict[str, Any] | None = None
+    turn_record: dict[str, Any] | None = None  # the turn's record, once the reply is done
     last_frame_ns: int = 0  # when the latest frame was handed to the transport
     respond: bool = True  # False: only transcribe; the turn joins the history unanswered
     text: str | None = None  # words to say as they are (a greeting): no LLM
@@ -396,7 +396,7 @@ class Reply:
         if self.barge_in is not None and self.status is ReplyStatus.INTERRUPTED:
             tl.counters["barge_in"] = self.barge_in.as_dict()
         record: dict[str, Any] = tl.as_dict()
-        self.record = record
+        self.turn_record = record
         if self.owner is not None:
             self.owner.reply_finished(self)
         services = self.ctx.services

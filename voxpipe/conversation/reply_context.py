@@ -3,8 +3,8 @@ the call's history and tools, and whether the call is over."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from voxpipe.conversation.events import ClientOutbox, SendAudio
 from voxpipe.conversation.history import History
@@ -15,6 +15,23 @@ from voxpipe.conversation.services import Services
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.engines.base import ChatMessage
 from voxpipe.observability.tracing import NO_CALL, CallTrace
+
+
+class TurnCommits(Protocol):
+    """Who puts a turn's words into the history ahead of its answer (the session's
+    ``TurnHistory``; it imports the reply, so it is named here by what it does)."""
+
+    def commit_turn(self, turn_id: int, transcript: str) -> ChatMessage | None:
+        """The caller's words of turn ``turn_id`` into the history now (ahead of a tool
+        call), if any: the message added."""
+
+
+class _NoCommits:
+    def commit_turn(self, turn_id: int, transcript: str) -> ChatMessage | None:
+        return None
+
+
+NO_COMMITS: TurnCommits = _NoCommits()  # a reply with no session's history (tests)
 
 
 @dataclass
@@ -32,5 +49,4 @@ class ReplyContext:
     history: History  # the call's conversation: a reply reads it, and its tools add to it
     trace: CallTrace = NO_CALL  # the call's span: each reply's turn span is its child
     ledger: ToolLedger | None = None  # the session's tools: None, none offered
-    # The caller's words of a turn into the history now (ahead of a tool call), if any.
-    commit_turn: Callable[[int, str], ChatMessage | None] = lambda turn_id, text: None
+    turns: TurnCommits = NO_COMMITS  # the caller's words into the history ahead of a call

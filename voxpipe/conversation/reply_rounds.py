@@ -359,7 +359,7 @@ class ReplyRounds:
         """A call is about to be recorded: the caller's words go into the history first."""
         transcript, reply = self._asked.transcript, self._reply
         if reply.user_message is None and transcript is not None:
-            reply.user_message = self._ctx.commit_turn(self.turn_id, transcript)
+            reply.user_message = self._ctx.turns.commit_turn(self.turn_id, transcript)
 
 
 async def _called(call: ToolCallRequest) -> AsyncGenerator[LlmOutput, None]:

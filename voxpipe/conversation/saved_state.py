@@ -16,7 +16,6 @@ import asyncio
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from voxpipe.conversation.events import HistorySnapshot
@@ -26,7 +25,7 @@ from voxpipe.conversation.replies import Replies
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.tool_ledger import UNKNOWN_SAID, ToolLedger, ToolRun
 from voxpipe.conversation.turn_history import AnsweredAudio
-from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, ChatMessage, LlmUsage, ToolSpec
+from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, LlmUsage
 from voxpipe.engines.runner import JobClock
 
 log = logging.getLogger("voxpipe.session")
@@ -70,24 +69,24 @@ class ContextRebuild:
         self,
         session_id: str,
         services: Services,
-        messages: Callable[[], list[ChatMessage]],
+        history: History,
         counts: Counter[str],
-        tools: Callable[[], list[ToolSpec] | None] = lambda: None,
+        ledger: ToolLedger,
     ) -> None:
-        """``tools``: what the next reply will be offered (part of its prompt)."""
+        """``ledger``: the tools the next reply will be offered (part of its prompt)."""
         self._id = session_id
-        self._tools = tools
+        self._ledger = ledger
         self._services = services
-        self._messages = messages  # read once the task runs
+        self._history = history  # read once the task runs
         self._counts = counts
         self._cancel = CancelToken()
         self.task = asyncio.create_task(self._run(), name=f"rebuild-{session_id}")
 
     async def _run(self) -> LlmUsage:
-        messages, clock = self._messages(), JobClock()
+        messages, clock = self._history.messages(), JobClock()
         try:
             usage = await self._services.llm.prefill(
-                self._id, messages, self._cancel, clock, tools=self._tools()
+                self._id, messages, self._cancel, clock, tools=self._ledger.offered()
             )
         except Exception as exc:  # the next turn prefills it itself, only slower
             log.warning("session %s: context rebuild failed: %s", self._id, exc)
@@ -170,9 +169,7 @@ class SavedCall:
         reruns = ledger.restore(state, replies.last_turn_id)
         if history.turns or history.summary:
             session_id = self._recorder.call.session_id
-            self._rebuild = ContextRebuild(
-                session_id, self._services, history.messages, counts, ledger.offered
-            )
+            self._rebuild = ContextRebuild(session_id, self._services, history, counts, ledger)
         if reruns or (history.turns and history.turns[-1].role == "tool"):
             # A tool's result (or its unknown outcome) comes after the last word: answer it.
             said = None if reruns or not ledger.unknown_after_restore else UNKNOWN_SAID

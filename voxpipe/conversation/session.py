@@ -131,7 +131,7 @@ class Session:
         self._vad, self._window = services.vad.new_stream(), services.vad.window_samples
         self._detector = TurnDetector(self.turn_config, self._window, STT_SAMPLE_RATE)
         self._next_detector: TurnDetector | None = None
-        self._turn_judge = TurnJudge(session_id, services, self.counts)
+        self._turn_judge = TurnJudge(session_id, services, self.counts, self.history)
         self._checks: list[dict[str, Any]] = []  # the turn model's verdicts in this turn
         self._last_activity_ns = time.monotonic_ns()
         self._flushes = flushes
@@ -142,16 +142,16 @@ class Session:
             self.record, self.caller, self.inbound, pacer, self.outbox, self.counts)  # fmt: skip
         self.ledger = ToolLedger(
             services.toolbox, self.history, self.recorder, lambda: self.saved.persist(),
-            services.metrics, self.outbox, self.control.call_context,
+            services.metrics, self.outbox, self.control,
         )  # fmt: skip
         ctx = ReplyContext(
             session_id=session_id, recorder=self.recorder, services=services,
             outbox=self.outbox, send_audio=send_audio, frames=FrameNumbers(), pacer=pacer,
             output_rate=output_sample_rate, history=self.history, ledger=self.ledger,
-            commit_turn=self.kept.commit_turn,
+            turns=self.kept,
             trace=services.tracing.call(self.record.call_id, session_id, transport),
         )  # fmt: skip
-        self.summarizer = Summarizer(session_id, services, self.history, self.ledger.offered)
+        self.summarizer = Summarizer(session_id, services, self.history, self.ledger)
         self._turns: TurnTaking[Reply] = TurnTaking(self.turn_config)
         self.replies = Replies(
             ctx, self._turns, self.summarizer, self.counts, services.metrics, self)  # fmt: skip
@@ -161,7 +161,7 @@ class Session:
         )  # fmt: skip
         self.commands = ClientCommands(
             self.replies, self.history, self.finished, self.ledger, self.inbound, self.counts,
-            cfg.llm, self.forget_speech,
+            cfg.llm, self,
         )  # fmt: skip
         self.keypad = KeypadTurns(
             self.replies, self.commands, self.history, self.recorder, self.counts, self.turn_config
@@ -310,8 +310,7 @@ class Session:
             event,
             detector.as_ended(event.audio),
             self.turn_config,
-            self._llm_may_judge,
-            self.history.messages,
+            self,
         )
         if detector is not self._detector:
             return  # the turn was reset (cleared, or turn-taking changed) meanwhile
@@ -325,7 +324,7 @@ class Session:
     def _flush_on_pause(self) -> bool:
         return self._flushes and self.turn_config.clear_on_pause
 
-    def _llm_may_judge(self) -> bool:
+    def llm_may_judge(self) -> bool:
         """The LLM judges words only where it is cheap: on the call's own sequence, which
         holds the conversation without tools (an agent with tools keeps it elsewhere), and
         while no reply of the call is speaking or generating on it."""
@@ -413,9 +412,9 @@ class Session:
         """A reply is done (it tells its owner, :class:`~voxpipe.conversation.reply.ReplyOwner`):
         runs inside the reply task, before the next reply reads the history."""
         self.kept.reply_finished(reply)
-        if reply.record is not None:
-            reply.record["session_counts"] = dict(self.counts)
-            self.turns.append(reply.record)
+        if reply.turn_record is not None:
+            reply.turn_record["session_counts"] = dict(self.counts)
+            self.turns.append(reply.turn_record)
         self._last_activity_ns = time.monotonic_ns()
         self.saved.persist()
         self.control.reply_finished(reply)

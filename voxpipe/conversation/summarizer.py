@@ -23,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from voxpipe.conversation.history import History
 from voxpipe.conversation.services import Services
+from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage, ToolSpec, Urgency
 from voxpipe.engines.runner import EngineBusy, JobClock
 
@@ -45,19 +45,22 @@ class Summarizer:
         session_id: str,
         services: Services,
         history: History,
-        tools: Callable[[], list[ToolSpec] | None] = lambda: None,
+        ledger: ToolLedger | None = None,
     ) -> None:
-        """``tools``: what the next reply will be offered (its prompt holds them, so the
-        prefill after a summary must too, or the cached prefix would not match)."""
+        """``ledger``: the tools the next reply will be offered (its prompt holds them, so
+        the prefill after a summary must too, or the cached prefix would not match)."""
         self.session_id = session_id
         self.services = services
         self.history = history
-        self._tools = tools
+        self._ledger = ledger
         self._task: asyncio.Task[None] | None = None
         self._cancel = CancelToken()
         self.summaries = 0
         self.prefilled_tokens = 0  # by prefills after stale turns (not after summaries)
         self.last: dict[str, Any] = {}
+
+    def _offered(self) -> list[ToolSpec] | None:
+        return self._ledger.offered() if self._ledger is not None else None
 
     def after_turn(self, llm: dict[str, Any], stale: bool = False) -> None:
         """``llm``: the turn's LLM counters; ``stale``: the turn's history is not what its
@@ -121,7 +124,7 @@ class Summarizer:
             self.history.replace_oldest(len(older), summary)
             self.summaries += 1
             warm = await llm.prefill(
-                self.session_id, self.history.messages(), cancel, tools=self._tools()
+                self.session_id, self.history.messages(), cancel, tools=self._offered()
             )
             self.last = {
                 "summarized_messages": len(older),
@@ -138,7 +141,7 @@ class Summarizer:
     async def _prefill(self, cancel: CancelToken) -> None:
         with contextlib.suppress(EngineBusy):
             warm = await self.services.llm.prefill(
-                self.session_id, self.history.messages(), cancel, tools=self._tools()
+                self.session_id, self.history.messages(), cancel, tools=self._offered()
             )
             self.prefilled_tokens += warm.prefill_tokens
 

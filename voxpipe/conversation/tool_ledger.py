@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from voxpipe.agent import Tool, Toolbox, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.agent.call_context import NO_CALL, CallContext
@@ -100,6 +100,21 @@ class ToolRun:
         )
 
 
+class Caller(Protocol):
+    """Who is calling, as the server knows it (the session's ``CallControl``)."""
+
+    def call_context(self) -> CallContext:
+        """The call's context, as its tools are told (``agent/call_context.py``)."""
+
+
+class _Nobody:
+    def call_context(self) -> CallContext:
+        return NO_CALL
+
+
+NOBODY: Caller = _Nobody()  # a ledger with no call behind it (tests)
+
+
 class ToolLedger:
     """The tools of one session (its agent's, and a client's own) and every call's fate.
 
@@ -115,12 +130,12 @@ class ToolLedger:
         persist: Callable[[], None],
         metrics: Metrics,
         outbox: ClientOutbox,
-        context: Callable[[], CallContext] = lambda: NO_CALL,
+        caller: Caller = NOBODY,
     ) -> None:
-        """``context`` says who is calling, as the server knows it (``call_context.py``):
+        """``caller`` says who is calling, as the server knows it (``call_context.py``):
         every server tool call gets it; the model never writes it."""
         self.toolbox = toolbox
-        self._context = context
+        self._caller = caller
         self.confirmation = Confirmation(history)  # what a call that asks first awaits
         self._history = history
         self._recorder = recorder
@@ -240,7 +255,7 @@ class ToolLedger:
             if run.request.error:  # arguments that are no JSON object, or cut off
                 result = ToolResult.failed(run.call, ToolStatus.ERROR, run.request.error)
             else:
-                result = await self.toolbox.run(run.call, self._context())
+                result = await self.toolbox.run(run.call, self._caller.call_context())
         except asyncio.CancelledError:
             self.settle(run, ToolResult.cancelled(run.call, _since(run.started_ns)))
             raise

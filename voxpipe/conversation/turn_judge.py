@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from voxpipe.config import TurnConfig
+from voxpipe.conversation.history import History
 from voxpipe.conversation.overlap_words import asks_for_the_floor, no_turn
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.turn_detector import TurnEvent, Verdict
@@ -49,11 +50,22 @@ class CheckedWords:
     heard: Transcription
 
 
+class JudgedCall(Protocol):
+    """The call whose turns are judged (the session; it imports this module, so it is
+    named here by what it does)."""
+
+    def llm_may_judge(self) -> bool:
+        """Whether the call's LLM sequence is free for a judgement of the words now."""
+
+
 class TurnJudge:
-    def __init__(self, session_id: str, services: Services, counts: Counter[str]) -> None:
+    def __init__(
+        self, session_id: str, services: Services, counts: Counter[str], history: History
+    ) -> None:
         self.session_id = session_id
         self.services = services
         self.counts = counts
+        self._history = history  # the messages before the caller's words, for the LLM
         self._checked: CheckedWords | None = None
 
     async def judge(
@@ -61,13 +73,11 @@ class TurnJudge:
         event: TurnEvent,
         stt_audio: np.ndarray,
         cfg: TurnConfig,
-        may_ask_llm: Callable[[], bool],
-        conversation: Callable[[], list[ChatMessage]],
+        call: JudgedCall,
     ) -> tuple[Verdict, dict[str, Any]]:
         """The verdict on the turn of ``event`` (an ``END_CANDIDATE``), and its record.
-        ``stt_audio``: the turn as its end would give it; ``may_ask_llm``: whether the
-        call's sequence is free for a judgement; ``conversation``: the messages before the
-        caller's words."""
+        ``stt_audio``: the turn as its end would give it; ``call``: asked, once the words
+        are heard, whether its sequence is free for the LLM's judgement."""
         model = self.services.turn_model
         assert model is not None and event.audio is not None
         clock = JobClock()
@@ -93,8 +103,8 @@ class TurnJudge:
         unfinished = ends_unfinished(words, cfg.unfinished_words)
         p_end = None
         wanted = model_complete or cfg.llm_turn_complete_threshold > 0
-        if not unfinished and wanted and cfg.llm_turn_end_threshold and may_ask_llm():
-            p_end = await self._llm_turn_ends(words, conversation)
+        if not unfinished and wanted and cfg.llm_turn_end_threshold and call.llm_may_judge():
+            p_end = await self._llm_turn_ends(words)
         if p_end is not None:
             check["p_end"] = round(p_end, 4)
         said, check = _verdict(model_complete, unfinished, p_end, cfg, check)
@@ -166,16 +176,14 @@ class TurnJudge:
         self._checked = CheckedWords(event.start, event.sample, heard)
         return heard
 
-    async def _llm_turn_ends(
-        self, words: str, conversation: Callable[[], list[ChatMessage]]
-    ) -> float | None:
+    async def _llm_turn_ends(self, words: str) -> float | None:
         """The LLM's probability that the caller's words end the turn. The words lose the
         stop Whisper puts at every pause: the question is whether one belongs there."""
         bare = open_words(words)
         if not any(ch.isalnum() for ch in bare):
             return None
         clock = JobClock()
-        messages = [*conversation(), ChatMessage("user", bare)]
+        messages = [*self._history.messages(), ChatMessage("user", bare)]
         try:
             p_end = await asyncio.wait_for(
                 self.services.llm.turn_ends(self.session_id, messages, clock), LLM_WAIT_S

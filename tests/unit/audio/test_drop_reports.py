@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voxpipe.audio.buffers import DropReports, JitterBuffer
+from voxpipe.audio.buffers import DropReports, InboundAudioBuffer
 
 
 def test_the_first_drop_of_an_episode_is_told_at_once() -> None:
@@ -69,7 +69,7 @@ def test_every_dropped_millisecond_is_in_exactly_one_notice(
 
 
 def test_the_jitter_buffer_drops_the_oldest_beyond_its_bound() -> None:
-    buffer = JitterBuffer(16000, max_ms=100)  # 3200 bytes
+    buffer = InboundAudioBuffer(16000, max_ms=100)  # 3200 bytes
     frame = bytes(640)  # 20 ms
     dropped = sum(buffer.put(frame, now_ns=1) for _ in range(8))
     assert dropped == 3 * 640 and buffer.buffered_ms == 100.0
