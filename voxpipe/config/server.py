@@ -86,9 +86,9 @@ class LimitsConfig(BaseModel):
         3,
         ge=1,
         description="Concurrent calls admitted; one more is refused at connect (at_capacity, "
-        "close 1013). 3 is what the default engines and thread budgets hold on two cores at "
-        "a 1.2 s p99 (docs/benchmarks.md; a fourth call is talked over now and then). Size "
-        "it for your machine and models with `voxpipe load --find-capacity`.",
+        "close 1013). 3 is the edge of a 1.2 s p99 on two cores with the default engines and "
+        "thread budgets (docs/benchmarks.md; a fourth call is talked over now and then). "
+        "Size it for your machine and models with `voxpipe load --find-capacity`.",
     )
     engine_queue: int = Field(
         32,
