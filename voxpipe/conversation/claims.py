@@ -26,9 +26,10 @@ What counts as a claim is read from the agent's own tools, not from a list kept 
   gives the opening hours, "we're open".
 
 A question states nothing, and neither does a clause that asks or offers ("let me check
-whether a table is free", "shall I book it?"). What the rules cannot see is a claim worded
-in none of these ways ("Friday evening works"); what they may stop wrongly is a sentence that
-only sounds like one, which costs a lookup, not a wrong fact.
+whether a table is free", "shall I book it?"); but a statement before a question in the same
+sentence does ("We have a table at 7 pm, would you like it?"). What the rules cannot see is
+a claim worded in none of these ways ("Friday evening works"); what they may stop wrongly is
+a sentence that only sounds like one, which costs a lookup, not a wrong fact.
 """
 
 from __future__ import annotations
@@ -168,7 +169,9 @@ class ClaimRules:
         """The first claim that ``sentence`` (a whole one) states with nothing behind it.
         ``known``: the words of the instructions and the conversation (:func:`known_words`)."""
         text = sentence.replace("’", "'").strip()
-        if not text or text.endswith("?"):
+        if text.endswith("?"):
+            text = _before_the_question(text)
+        if not text:
             return None
         for match in _VALUES.finditer(text):
             if not _asked(text, match.start()) and not _backed(match[0], known):
@@ -208,7 +211,7 @@ class ClaimGate:
                 self.stopped, self._sentence = claim, ""
                 return "".join(out)
             out.append(whole[said:])
-        if not self.rules.may_claim(self._sentence):  # all but the last words, which may
+        if not self.rules.may_claim(self._sentence):  # all but words that may open one
             cut = max(self._said, _held_from(self._sentence))
             out.append(self._sentence[self._said : cut])
             self._said = cut
@@ -278,6 +281,12 @@ def _held_from(text: str) -> int:
 
 def _plain_word(word: str) -> str:
     return word.lower().replace("’", "'").strip('.,;:!?"')
+
+
+def _before_the_question(text: str) -> str:
+    """What a sentence ending in a question states: its clauses before the last ("We have a
+    table at 7 pm" of "We have a table at 7 pm, would you like it?")."""
+    return ", ".join(re.split(r"[,;:]\s+", text)[:-1])
 
 
 def _asked(text: str, at: int) -> bool:

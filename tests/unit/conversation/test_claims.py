@@ -64,6 +64,7 @@ def heard_of(reply: str, g: ClaimGate) -> tuple[str, Claim | None]:
         ("Are you open Monday?", "We're closed on Mondays.", "lookup"),
         ("How much is it?", "That will be $45.", "value"),
         ("Where's my order 5821?", "It left the warehouse as order 5822.", "value"),
+        ("A table at 7?", "We have a table at 7 pm, would you like it?", "lookup"),
     ],
 )
 def test_an_unbacked_claim_is_stopped(heard: str, reply: str, kind: str) -> None:
@@ -84,6 +85,7 @@ def test_an_unbacked_claim_is_stopped(heard: str, reply: str, kind: str) -> None
         ("Is parking free?", "Yes, parking is free after 6 pm."),
         ("A table at 7 pm for two.", "Let me check whether a table is free at 7 pm."),
         ("Can I book?", "Shall I book a table for you?"),
+        ("A table?", "Sure, for how many people, and at what time?"),
         ("Ticket 1,400,2?", "I don't have news on ticket 14002 yet."),
         ("Thanks, bye.", "You're welcome, goodbye!"),
         ("Tell me a story.", "Once upon a time, a fox lived in a wood."),
