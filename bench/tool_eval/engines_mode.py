@@ -29,6 +29,7 @@ from voxpipe.agent import Agent
 from voxpipe.config import Config
 from voxpipe.conversation.claims import (
     TO_CHECK,
+    UNCHECKED,
     ClaimGate,
     ClaimRules,
     grounded_call,
@@ -129,24 +130,32 @@ class EngineRun:
                     again = {**extra, "tool_choice": "required"}
                     self._ask(session, messages, LlmUsage(), outcome, again)
                     outcome.reply = said.strip()
-                    self._ground(outcome, tools, heard)
+                    self._ground(outcome, agent, heard)
         finally:
             self.llm.forget(session)
         return outcome
 
-    def _ground(self, outcome: Outcome, tools: list[ToolSpec], heard: str) -> None:
-        """As the server keeps a call written after a claim: less the values the caller
-        never said, or none and a question for a required one (``reply_rounds.py``)."""
-        specs, words = {t.name: t for t in tools}, known_words([ChatMessage("user", heard)])
-        kept = []
+    def _ground(self, outcome: Outcome, agent: Agent, heard: str) -> None:
+        """As the server keeps a call written after a claim (``reply_rounds.py``): less the
+        values the caller never said; or none, and a question for a required one; or none,
+        and an apology, for a call that would act with no readback, or words again."""
+        tools = {t.name: t for t in agent.python_tools}
+        words = known_words([ChatMessage("user", heard)])
+        kept: list[CalledTool] = []
+        said = UNCHECKED
         for called in outcome.calls:
+            tool = tools.get(called.name)
+            if tool is None or not (tool.spec.read_only or tool.policy.confirm):
+                kept = []
+                break
             request = ToolCallRequest("", called.name, dict(called.arguments), "")
-            grounded, unsaid = grounded_call(request, specs.get(called.name), words)
+            grounded, unsaid = grounded_call(request, tool.spec, words)
             if unsaid:
-                outcome.calls = []
-                outcome.reply = f"{outcome.reply} {question_for(unsaid, TO_CHECK)}".strip()
-                return
+                kept, said = [], question_for(unsaid, TO_CHECK)
+                break
             kept.append(CalledTool(grounded.name, dict(grounded.arguments)))
+        if not kept:
+            outcome.reply = f"{outcome.reply} {said}".strip()
         outcome.calls = kept
 
     def _ask(

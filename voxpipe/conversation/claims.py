@@ -102,7 +102,7 @@ _ASKING = re.compile(
 # said them: the model did not write them).
 TO_CHECK = "I can check that for you."
 # Said instead of a claim that no tool backs, when the model, asked for a call, wrote words
-# again (a remote model may not honour "required").
+# again (a remote model may not honour "required"), or a call that would act unasked.
 UNCHECKED = "I'm sorry, I can't check that right now."
 # Words that may begin a claim's opening ("we have", "has been", "your order") or answer the
 # question a claim answers ("Yes, we have ..."): a run of them at the end of a sentence being

@@ -232,13 +232,16 @@ class ReplyRounds:
         self.stages.llm_again(timed, used)
         if not self.cancel.cancelled:
             text += await self._say(self._passed(self._speech.flush(), final=True))
-        if self._claims.stopped is not None and not calls and not self.cancel.cancelled:
-            text += await self._say(UNCHECKED)
+        words_again = self._claims.stopped is not None and not calls
         self._claims = None
         kept, unsaid = self._grounded(calls, tools or ())
-        if unsaid and self._ctx.ledger is not None and not self.cancel.cancelled:
+        if self.cancel.cancelled:
+            return text, kept
+        if unsaid and self._ctx.ledger is not None:
             self._ctx.ledger.confirmation.ask(self.turn_id, unsaid)
             text += await self._say(question_for(unsaid, TO_CHECK))
+        elif words_again or (calls and not kept):
+            text += await self._say(UNCHECKED)
         return text, kept
 
     def _grounded(
@@ -246,12 +249,19 @@ class ReplyRounds:
     ) -> tuple[list[ToolCallRequest], list[str]]:
         """The calls the model was made to write, less the values it made up
         (:func:`~voxpipe.conversation.claims.grounded_call`); none, and the values to ask
-        for, when one lacks a required value the caller never gave."""
+        for, when one lacks a required value the caller never gave. A call that would act
+        with no readback (a tool not read-only that does not ask first, or any tool a
+        client runs) is not kept: the caller never asked for it, the model was made to
+        write a call."""
         words = known_words([ChatMessage("user", self.caller_said())])
-        specs = {spec.name: spec for spec in tools}
+        specs, ledger = {spec.name: spec for spec in tools}, self._ctx.ledger
         kept = []
         for call in calls:
-            grounded, unsaid = grounded_call(call, specs.get(call.name), words)
+            spec, tool = specs.get(call.name), ledger.tool(call.name) if ledger else None
+            asks_first = tool is not None and bool(tool.policy.confirm)
+            if spec is None or not (spec.read_only or asks_first):
+                return [], []
+            grounded, unsaid = grounded_call(call, spec, words)
             if unsaid:
                 return [], unsaid
             kept.append(grounded)

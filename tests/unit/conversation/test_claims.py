@@ -217,3 +217,30 @@ async def test_a_forced_call_with_a_guessed_value_asks_for_it_instead(
     assert ran == []  # a lookup for a day nobody named is not run
     assert call.done(1).text == question_for(["day"], TO_CHECK)  # type: ignore[union-attr]
     assert call.done(1).text == "I can check that for you. What day should I use?"  # type: ignore[union-attr]
+
+
+async def test_a_forced_call_that_would_act_unasked_is_not_run(
+    make_call: Callable[..., Call],
+) -> None:
+    """The model was made to write a call because it claimed something: a tool that acts
+    with no readback is not run on that (the caller never asked for it)."""
+    booked: list[str] = []
+
+    @tool
+    async def book_table(day: str) -> str:
+        """Book a table on a day."""
+        booked.append(day)
+        return "booked"
+
+    llm = FakeLlm(["That will be $45."], [called("book_table", day="Friday")])
+    call = make_call(
+        stt=FakeStt("How much is a table on Friday?"),
+        llm=llm,
+        agent=running(book_table),
+        deadlines={"filler": ""},
+    )
+    await call.say()
+    await call.idle()
+    assert llm.tool_choices == ["auto", "required"]
+    assert booked == []
+    assert call.done(1).text == UNCHECKED  # type: ignore[union-attr]
