@@ -27,15 +27,7 @@ from bench.tool_eval.dataset import Utterance
 from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from voxpipe.agent import Agent
 from voxpipe.config import Config
-from voxpipe.conversation.claims import (
-    TO_CHECK,
-    UNCHECKED,
-    ClaimGate,
-    ClaimRules,
-    grounded_call,
-    known_words,
-)
-from voxpipe.conversation.confirmation import question_for
+from voxpipe.conversation.claims import ClaimGate, ClaimRules, forced_calls, known_words
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
@@ -136,27 +128,13 @@ class EngineRun:
         return outcome
 
     def _ground(self, outcome: Outcome, agent: Agent, heard: str) -> None:
-        """As the server keeps a call written after a claim (``reply_rounds.py``): less the
-        values the caller never said; or none, and a question for a required one; or none,
-        and an apology, for a call that would act with no readback, or words again."""
-        tools = {t.name: t for t in agent.python_tools}
-        words = known_words([ChatMessage("user", heard)])
-        kept: list[CalledTool] = []
-        said = UNCHECKED
-        for called in outcome.calls:
-            tool = tools.get(called.name)
-            if tool is None or not (tool.spec.read_only or tool.policy.confirm):
-                kept = []
-                break
-            request = ToolCallRequest("", called.name, dict(called.arguments), "")
-            grounded, unsaid = grounded_call(request, tool.spec, words)
-            if unsaid:
-                kept, said = [], question_for(unsaid, TO_CHECK)
-                break
-            kept.append(CalledTool(grounded.name, dict(grounded.arguments)))
-        if not kept:
-            outcome.reply = f"{outcome.reply} {said}".strip()
-        outcome.calls = kept
+        """As the server keeps the calls written after a claim (``claims.forced_calls``):
+        the ones that run, or none and what is said instead."""
+        calls = [ToolCallRequest("", c.name, dict(c.arguments), "") for c in outcome.calls]
+        forced = forced_calls(calls, {t.name: t for t in agent.python_tools}, heard)
+        outcome.calls = [CalledTool(c.name, dict(c.arguments)) for c in forced.run]
+        if (instead := forced.instead) is not None:
+            outcome.reply = f"{outcome.reply} {instead}".strip()
 
     def _ask(
         self,

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
+from voxpipe.agent import Tool
+from voxpipe.conversation.confirmation import question_for
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
 from voxpipe.engines.call_grounding import said_words, values_said
 
@@ -238,6 +240,43 @@ def known_words(messages: Iterable[ChatMessage]) -> frozenset[str]:
     for text in texts:
         words.update(re.sub(r"\D", "", run) for run in _DIGIT_RUN.findall(text))
     return frozenset(words)
+
+
+@dataclass(frozen=True)
+class ForcedCalls:
+    """What becomes of the calls the model was made to write after a claim."""
+
+    run: list[ToolCallRequest] = field(default_factory=list)  # less the values made up
+    ask: list[str] = field(default_factory=list)  # required values nobody said: asked for
+
+    @property
+    def instead(self) -> str | None:
+        """What the caller hears instead of a run: the question for the values, or the
+        apology when there is nothing to run; None when the calls run."""
+        if self.ask:
+            return question_for(self.ask, TO_CHECK)
+        return None if self.run else UNCHECKED
+
+
+def forced_calls(
+    calls: Sequence[ToolCallRequest], tools: Mapping[str, Tool], caller_said: str
+) -> ForcedCalls:
+    """The calls the model was made to write, as they may run (``tools``: the agent's own,
+    by name). Only a lookup, or a tool that asks first, runs: a call that would act with no
+    readback, or a client's (not among ``tools``), never does, since the caller never asked
+    for it. A run keeps only the values the caller said (:func:`grounded_call`); a required
+    one never said is asked for instead of any call."""
+    words = known_words([ChatMessage("user", caller_said)])
+    run = []
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is None or not (tool.spec.read_only or tool.policy.confirm):
+            return ForcedCalls()
+        grounded, unsaid = grounded_call(call, tool.spec, words)
+        if unsaid:
+            return ForcedCalls(ask=unsaid)
+        run.append(grounded)
+    return ForcedCalls(run)
 
 
 def grounded_call(

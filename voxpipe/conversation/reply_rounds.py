@@ -24,15 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from voxpipe.conversation.chunker import ClauseChunker
-from voxpipe.conversation.claims import (
-    TO_CHECK,
-    UNCHECKED,
-    ClaimGate,
-    ClaimRules,
-    grounded_call,
-    known_words,
-)
-from voxpipe.conversation.confirmation import question_for
+from voxpipe.conversation.claims import ClaimGate, ClaimRules, forced_calls, known_words
 from voxpipe.conversation.events import Event, ResponseTextDelta
 from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.reply_context import ReplyContext
@@ -232,40 +224,18 @@ class ReplyRounds:
         self.stages.llm_again(timed, used)
         if not self.cancel.cancelled:
             text += await self._say(self._passed(self._speech.flush(), final=True))
-        words_again = self._claims.stopped is not None and not calls
+        words_again = self._claims.stopped is None and not calls  # said: none a claim
         self._claims = None
-        kept, unsaid = self._grounded(calls, tools or ())
-        if self.cancel.cancelled:
-            return text, kept
-        if unsaid and self._ctx.ledger is not None:
-            self._ctx.ledger.confirmation.ask(self.turn_id, unsaid)
-            text += await self._say(question_for(unsaid, TO_CHECK))
-        elif words_again or (calls and not kept):
-            text += await self._say(UNCHECKED)
-        return text, kept
-
-    def _grounded(
-        self, calls: list[ToolCallRequest], tools: Sequence[ToolSpec]
-    ) -> tuple[list[ToolCallRequest], list[str]]:
-        """The calls the model was made to write, less the values it made up
-        (:func:`~voxpipe.conversation.claims.grounded_call`); none, and the values to ask
-        for, when one lacks a required value the caller never gave. A call that would act
-        with no readback (a tool not read-only that does not ask first, or any tool a
-        client runs) is not kept: the caller never asked for it, the model was made to
-        write a call."""
-        words = known_words([ChatMessage("user", self.caller_said())])
-        specs, ledger = {spec.name: spec for spec in tools}, self._ctx.ledger
-        kept = []
-        for call in calls:
-            spec, tool = specs.get(call.name), ledger.tool(call.name) if ledger else None
-            asks_first = tool is not None and bool(tool.policy.confirm)
-            if spec is None or not (spec.read_only or asks_first):
-                return [], []
-            grounded, unsaid = grounded_call(call, spec, words)
-            if unsaid:
-                return [], unsaid
-            kept.append(grounded)
-        return kept, []
+        ledger = self._ctx.ledger
+        if self.cancel.cancelled or words_again or ledger is None:
+            return text, []
+        own = {s.name: t for s in tools or () if (t := ledger.tool(s.name)) is not None}
+        forced = forced_calls(calls, own, self.caller_said())
+        if forced.ask:
+            ledger.confirmation.ask(self.turn_id, forced.ask)
+        if (instead := forced.instead) is not None:
+            text += await self._say(instead)
+        return text, forced.run
 
     async def _say(self, words: str) -> str:
         """Words the caller may hear (``speech``'s): sent, chunked and spoken."""
