@@ -209,9 +209,10 @@ class ReplyRounds:
         tools_round: ToolRound | None,
     ) -> tuple[str, list[ToolCallRequest]]:
         """The model's words stated a claim no tool backs: ask it again, for a call (the
-        words said before the claim stay). A model that answers in words again (a remote
-        one may) is gated again, and an unbacked claim then gives way to
-        :data:`~voxpipe.conversation.claims.UNCHECKED`."""
+        words said before the claim stay). The calls it writes run as
+        :func:`~voxpipe.conversation.claims.forced_calls` keeps them, or the caller hears
+        what it says instead. A model that answers in words again (a remote one may) is
+        gated again, and an unbacked claim then gives way to the apology."""
         gate = self._claims
         assert gate is not None and gate.stopped is not None
         self.stages.unbacked_claim(gate.stopped.kind, gate.stopped.text)
