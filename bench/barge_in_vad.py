@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from bench.overlap import BACKCHANNELS, INTERRUPTIONS, LEAD_S, VOICES, _voice
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.pcm import resample
+from voxpipe.audio.pcm import resample, ulaw_decode, ulaw_encode
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
 

@@ -49,8 +49,7 @@ from bench.first_call import first_call_summary, render_first_call
 from bench.person import Person, Speak, Why
 from bench.tracing_cost import OtlpSink, render_tracing, traced, tracing_summary
 from bench.transport_callers import NativeCaller, TwilioCaller, voiced
-from voxpipe.audio.g711 import ulaw_decode
-from voxpipe.audio.pcm import read_wav
+from voxpipe.audio.pcm import read_wav, ulaw_decode
 from voxpipe.clients.native_client import speech_end_sample, speech_start_sample
 from voxpipe.config import Config
 
@@ -473,7 +472,7 @@ def isolated_floor(config: Config, rows: list[dict[str, Any]], logs: Sequence[Ca
     - TTS: each turn's first phrase, to its first chunk.
     """
     from bench.transport_callers import as_the_server_hears
-    from voxpipe.conversation.chunker import ClauseChunker
+    from voxpipe.conversation.spoken import ClauseChunker
     from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage
     from voxpipe.engines.loader import load_engines
 

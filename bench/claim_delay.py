@@ -22,8 +22,8 @@ from pathlib import Path
 from bench.tool_eval import dataset
 from voxpipe.agent import load_agent
 from voxpipe.config import Config
-from voxpipe.conversation.chunker import ClauseChunker
 from voxpipe.conversation.claims import ClaimGate, ClaimRules, known_words
+from voxpipe.conversation.spoken import ClauseChunker
 from voxpipe.engines.base import ChatMessage
 from voxpipe.engines.loader import llm_model_path
 

@@ -78,7 +78,7 @@ async def run_calls(url: str, script: list[tuple[Path, np.ndarray, int]], reps: 
 
 def isolated_compute(config: Config, calls: list[Any]) -> dict[str, Any]:
     """Each engine alone, on the inputs the calls used (clips, prompts, first clauses)."""
-    from voxpipe.conversation.chunker import ClauseChunker
+    from voxpipe.conversation.spoken import ClauseChunker
     from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage
     from voxpipe.engines.loader import load_engines
 

@@ -54,8 +54,7 @@ from bench.caller_bench import (
 from bench.caller_turns import ReplyFrame, spread
 from bench.person import Person
 from bench.transport_callers import TwilioCaller, cut_at_marks, voiced
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.pcm import float_to_pcm16, resample
+from voxpipe.audio.pcm import float_to_pcm16, resample, ulaw_decode, ulaw_encode
 from voxpipe.clients.line_playback import Playback
 from voxpipe.config import Config
 from voxpipe.transports.sip import rtp, sdp

@@ -31,8 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, resample
+from voxpipe.audio.pcm import (
+    float_to_pcm16,
+    pcm16_to_float,
+    read_wav,
+    resample,
+    ulaw_decode,
+    ulaw_encode,
+)
 from voxpipe.config import Config
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.loadtest.callers import librivox_clips

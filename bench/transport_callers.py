@@ -26,8 +26,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.pcm import StreamResampler, float_to_pcm16, pcm16_to_float, resample
+from voxpipe.audio.pcm import (
+    StreamResampler,
+    float_to_pcm16,
+    pcm16_to_float,
+    resample,
+    ulaw_decode,
+    ulaw_encode,
+)
 from voxpipe.clients.native_client import AUDIO_HEADER, NativeClient, Utterance
 from voxpipe.clients.twilio_client import TwilioLine
 from voxpipe.clients.webrtc_client import WebRTCClient

@@ -18,7 +18,7 @@ from typing import Any
 
 from voxpipe.config import Config
 from voxpipe.engines.model_files import LLM_FILES
-from voxpipe.observability.printable import escape
+from voxpipe.observability.logs import escape
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voxpipe.agent import AgentLoadError, resolve_agent
-    from voxpipe.observability import logs, redaction
+    from voxpipe.observability import logs
     from voxpipe.server.app import create_app
     from voxpipe.server.lifecycle import DrainingServer
     from voxpipe.server.websocket_protocol import WebSocketProtocol
@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     secrets = _configured_secrets(config)
-    redact = redaction.install(secrets)  # the supervisor's log, and ours before uvicorn starts
+    redact = logs.install(secrets)  # the supervisor's log, and ours before uvicorn starts
     json_logs = config.server.log_format == "json"  # workers read the same config and env
     if json_logs:
         logs.install_json(redact.redact)
@@ -126,7 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ws_ping_timeout=config.server.heartbeat_s,
         timeout_graceful_shutdown=5,
     )
-    redaction.install(secrets)  # uvicorn's own handlers (access log) exist from here on
+    logs.install(secrets)  # uvicorn's own handlers (access log) exist from here on
     if json_logs:
         logs.install_json(redact.redact)
     server = DrainingServer(uvicorn_config, app.state.voxpipe)

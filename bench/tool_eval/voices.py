@@ -7,7 +7,7 @@ a sentence voices it again, and the cache (``var/tool-eval-audio`` by default, n
 committed) can be deleted at any time.
 
 A request on the ``twilio`` channel is heard as a Twilio call's caller is: the voiced
-speech down to 8 kHz, through μ-law and back (``voxpipe/audio/g711.py``, what the Twilio
+speech down to 8 kHz, through μ-law and back (``voxpipe/audio/pcm.py``, what the Twilio
 transport decodes), and up to 16 kHz again for STT. The cache keeps the clean speech; the
 phone line is applied on reading.
 """
@@ -25,8 +25,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench.tool_eval.dataset import PIPER, TWILIO, Utterance
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
-from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
+from voxpipe.audio.pcm import (
+    float_to_pcm16,
+    pcm16_to_float,
+    read_wav,
+    resample,
+    ulaw_decode,
+    ulaw_encode,
+    write_wav,
+)
 from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from websockets.asyncio.client import ClientConnection
 
 from tests import support
 from tests.support import RunningServer, metric_value, metrics_text, tracebacks
-from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.audio.pcm import ulaw_encode
 
 pytestmark = pytest.mark.e2e
 

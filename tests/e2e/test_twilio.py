@@ -23,8 +23,7 @@ import numpy as np
 import pytest
 
 from tests.support import RunningServer, librivox_clips
-from voxpipe.audio.g711 import ulaw_decode
-from voxpipe.audio.pcm import read_wav
+from voxpipe.audio.pcm import read_wav, ulaw_decode
 from voxpipe.clients.twilio_client import TwilioLine
 
 pytestmark = pytest.mark.e2e

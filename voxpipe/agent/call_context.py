@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from voxpipe.observability.printable import check_id
+from voxpipe.observability.logs import check_id
 
 MAX_CALLER_CHARS = 256
 """A phone number or SIP URI longer than this is not one: it is dropped, not truncated."""

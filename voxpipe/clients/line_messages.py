@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
+from voxpipe.audio.pcm import ulaw_decode, ulaw_encode
 
 MEDIA, MARK, CLEAR = "media", "mark", "clear"  # the kinds a line plays; others are only kept
 Outgoing = dict[str, Any] | bytes  # a JSON message (numbered as it goes out) or a binary frame

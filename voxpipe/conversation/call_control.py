@@ -15,8 +15,8 @@ from collections import Counter
 from voxpipe.agent.call_context import CallContext
 from voxpipe.conversation.events import CallEnded, CallTransfer, ClientOutbox
 from voxpipe.conversation.inbound import Inbound
-from voxpipe.conversation.playback import Pacer
 from voxpipe.conversation.reply import Reply
+from voxpipe.conversation.reply_audio import Pacer
 from voxpipe.conversation.reply_status import ReplyStatus
 from voxpipe.conversation.services import CallRecord
 

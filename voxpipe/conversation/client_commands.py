@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from voxpipe.config import LlmConfig
-from voxpipe.conversation.history import History
+from voxpipe.conversation.history import FinishedTurns, History, TurnMessages
 from voxpipe.conversation.inbound import Inbound, Uncommitted
 from voxpipe.conversation.prompt_budget import PromptBudget
 from voxpipe.conversation.replies import Replies
 from voxpipe.conversation.tool_ledger import ToolLedger
-from voxpipe.conversation.turn_messages import FinishedTurns, TurnMessages
 from voxpipe.engines.base import STT_SAMPLE_RATE, ChatMessage, Role, ToolSpec
 from voxpipe.observability.timeline import TurnTimeline
 

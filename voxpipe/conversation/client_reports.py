@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.history import CallRecorder
 from voxpipe.conversation.reply import Reply
 from voxpipe.observability.latency_split import ClientTiming, LatencySplit
 from voxpipe.observability.metrics import Metrics

@@ -17,8 +17,7 @@ from collections import Counter
 
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.client_commands import ClientCommands
-from voxpipe.conversation.history import History
-from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.history import CallRecorder, History
 from voxpipe.conversation.replies import Replies
 
 TERMINATOR = "#"
@@ -73,19 +72,25 @@ class KeypadTurns:
         self._replies, self._commands = replies, commands
         self._history, self._recorder, self._counts = history, recorder, counts
         self._keypad = Keypad(config.keypad_idle_ms, config.keypad_max_digits)
-        self._samples = 0  # the call's inbound audio at 16 kHz: the keypad's clock
+        # The keypad's clock: the call's inbound audio at 16 kHz, counted only while digits
+        # wait for their end (:attr:`waiting`), which is all the idle rule reads.
+        self._samples = 0
+        self.waiting = False  # digits typed and not yet a turn: the session calls heard()
 
     async def pressed(self, digit: str) -> None:
         """A keypad key (DTMF: 0-9, *, #, A-D) from the phone line."""
         self._counts["dtmf"] += 1
-        if (digits := self._keypad.press(digit, self._samples)) is not None:
+        digits = self._keypad.press(digit, self._samples)
+        self.waiting = digits is None and digit != TERMINATOR
+        if digits is not None:
             await self._entered(digits)
 
     async def heard(self, samples: int) -> None:
-        """``samples`` more of the caller's audio (16 kHz): the digits typed end once the
-        caller has pressed nothing for ``turn.keypad_idle_ms``."""
+        """``samples`` more of the caller's audio (16 kHz) while :attr:`waiting`: the digits
+        typed end once the caller has pressed nothing for ``turn.keypad_idle_ms``."""
         self._samples += samples
         if (digits := self._keypad.due(self._samples)) is not None:
+            self.waiting = False
             await self._entered(digits)
 
     async def _entered(self, digits: str) -> None:

@@ -16,9 +16,9 @@ from collections import Counter
 
 import numpy as np
 
+from voxpipe.conversation.history import Summarizer
 from voxpipe.conversation.reply import Reply, ReplyOwner
 from voxpipe.conversation.reply_context import ReplyContext
-from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.turn_taking import TurnTaking
 from voxpipe.engines.base import Transcription
 from voxpipe.observability.metrics import Metrics

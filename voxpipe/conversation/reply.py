@@ -37,20 +37,20 @@ from voxpipe.conversation.events import (
     TurnMetrics,
 )
 from voxpipe.conversation.overlap_words import no_turn, resume_at, unheard
-from voxpipe.conversation.playback import PlaybackTracker
-from voxpipe.conversation.reply_audio import ReplyAudio
+from voxpipe.conversation.reply_audio import PlaybackTracker, ReplyAudio
 from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.reply_rounds import Asked, ReplyRounds
-from voxpipe.conversation.reply_status import ReplyOutcome, ReplyStatus
+from voxpipe.conversation.reply_status import TRANSITIONS, IllegalReplyTransition, ReplyStatus
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
+    JobClock,
     LlmUsage,
     PromptTooLong,
     Transcription,
     Urgency,
 )
-from voxpipe.engines.runner import EngineBusy, JobClock
+from voxpipe.engines.runner import EngineBusy
 from voxpipe.observability.logs import log_context
 from voxpipe.observability.timeline import BargeIn, StageTimer, TurnTimeline
 
@@ -428,3 +428,37 @@ def _alone(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+class ReplyOutcome:
+    """A reply's status and the reason for it. Only the reply holds one, and
+    :meth:`move` is the one place either changes, so every move is checked."""
+
+    __slots__ = ("_reason", "_status")
+
+    def __init__(self) -> None:
+        self._status = ReplyStatus.PENDING
+        self._reason = ""
+
+    @property
+    def status(self) -> ReplyStatus:
+        return self._status
+
+    @property
+    def reason(self) -> str:
+        """Why the reply ended so (empty for a plain completion)."""
+        return self._reason
+
+    def move(self, to: ReplyStatus, reason: str | None = None) -> None:
+        """Move to ``to``; ``reason`` None keeps the reason already given."""
+        if to not in TRANSITIONS[self._status]:
+            raise IllegalReplyTransition(f"a reply cannot go from {self._status} to {to}")
+        self._status = to
+        if reason is not None:
+            self._reason = reason
+
+    def ran_out(self, cancelled: bool) -> None:
+        """The reply's work stopped by itself: completed, or cancelled if a cancel stopped
+        it. An outcome decided meanwhile (interrupted, discarded, failed) stands."""
+        if self._status is ReplyStatus.PENDING:
+            self.move(ReplyStatus.CANCELLED if cancelled else ReplyStatus.COMPLETED)

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from voxpipe.conversation.events import ClientOutbox, SendAudio
-from voxpipe.conversation.history import History
-from voxpipe.conversation.playback import Pacer
-from voxpipe.conversation.record import CallRecorder
-from voxpipe.conversation.reply_audio import FrameNumbers
+from voxpipe.conversation.history import CallRecorder, History
+from voxpipe.conversation.reply_audio import FrameNumbers, Pacer
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.engines.base import ChatMessage

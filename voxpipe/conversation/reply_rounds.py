@@ -23,12 +23,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from voxpipe.conversation.chunker import ClauseChunker
 from voxpipe.conversation.claims import ClaimGate, ClaimRules, forced_calls, known_words
 from voxpipe.conversation.events import Event, ResponseTextDelta
 from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.reply_context import ReplyContext
-from voxpipe.conversation.spoken import SpeechFilter, instead_of_markup
+from voxpipe.conversation.spoken import ClauseChunker, SpeechFilter, instead_of_markup
 from voxpipe.conversation.tool_step import (
     MAX_TOOL_ROUNDS,
     SilenceGuard,
@@ -36,8 +35,7 @@ from voxpipe.conversation.tool_step import (
     ToolRound,
     ends_on_result,
 )
-from voxpipe.engines.base import ChatMessage, LlmRequest, LlmUsage, ToolCallDelta
-from voxpipe.engines.runner import JobClock
+from voxpipe.engines.base import ChatMessage, JobClock, LlmRequest, LlmUsage, ToolCallDelta
 from voxpipe.observability.timeline import StageTimer
 
 if TYPE_CHECKING:  # names in annotations only

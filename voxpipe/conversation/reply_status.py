@@ -1,4 +1,5 @@
-"""How a reply ends: its status, the moves between statuses, and the one setter.
+"""How a reply ends: its status and the moves between statuses. The one setter that checks
+each move is the reply's own (:class:`~voxpipe.conversation.reply.ReplyOutcome`).
 
 A reply starts ``pending`` and usually leaves it once, for its outcome. A few later moves
 are real, because the session's control (discard, barge-in, a client's cancel, hang-up)
@@ -64,37 +65,3 @@ TRANSITIONS: Mapping[ReplyStatus, frozenset[ReplyStatus]] = {
 
 class IllegalReplyTransition(RuntimeError):
     """A move :data:`TRANSITIONS` does not allow: the caller has a bug."""
-
-
-class ReplyOutcome:
-    """A reply's status and the reason for it. Only the reply holds one, and
-    :meth:`move` is the one place either changes, so every move is checked."""
-
-    __slots__ = ("_reason", "_status")
-
-    def __init__(self) -> None:
-        self._status = ReplyStatus.PENDING
-        self._reason = ""
-
-    @property
-    def status(self) -> ReplyStatus:
-        return self._status
-
-    @property
-    def reason(self) -> str:
-        """Why the reply ended so (empty for a plain completion)."""
-        return self._reason
-
-    def move(self, to: ReplyStatus, reason: str | None = None) -> None:
-        """Move to ``to``; ``reason`` None keeps the reason already given."""
-        if to not in TRANSITIONS[self._status]:
-            raise IllegalReplyTransition(f"a reply cannot go from {self._status} to {to}")
-        self._status = to
-        if reason is not None:
-            self._reason = reason
-
-    def ran_out(self, cancelled: bool) -> None:
-        """The reply's work stopped by itself: completed, or cancelled if a cancel stopped
-        it. An outcome decided meanwhile (interrupted, discarded, failed) stands."""
-        if self._status is ReplyStatus.PENDING:
-            self.move(ReplyStatus.CANCELLED if cancelled else ReplyStatus.COMPLETED)

@@ -4,7 +4,7 @@ A session id is what a reconnect presents, so it is random enough that knowing o
 nothing about another; each call's record has its own id, since a session id may be reused.
 :class:`SavedCall` is the session's ``saved``: what it saves after each turn, and how it
 carries on from another worker's save. The saved state says where the caller's audio is
-accounted for (:class:`~voxpipe.conversation.turn_history.AnsweredAudio`, which moves as the
+accounted for (:class:`~voxpipe.conversation.history.AnsweredAudio`, which moves as the
 turns are answered): a restore asks the client to resend from the end of the last answered
 turn, and the restored history is evaluated on the new worker's LLM at once
 (:class:`ContextRebuild`).
@@ -19,14 +19,11 @@ from collections import Counter
 from typing import Any
 
 from voxpipe.conversation.events import HistorySnapshot
-from voxpipe.conversation.history import History
-from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.history import AnsweredAudio, CallRecorder, History
 from voxpipe.conversation.replies import Replies
 from voxpipe.conversation.services import CallRecord, Services
 from voxpipe.conversation.tool_ledger import UNKNOWN_SAID, ToolLedger, ToolRun
-from voxpipe.conversation.turn_history import AnsweredAudio
-from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, LlmUsage
-from voxpipe.engines.runner import JobClock
+from voxpipe.engines.base import STT_SAMPLE_RATE, CancelToken, JobClock, LlmUsage
 
 log = logging.getLogger("voxpipe.session")
 

@@ -22,7 +22,7 @@ The session owns the collaborators of a call, each a named object it drives:
   from the session, its replies and tools; closing it is the end of the call for them all;
 * ``replies`` (:class:`~voxpipe.conversation.replies.Replies`): starts every reply, numbers
   the turns, stops a reply;
-* ``kept`` (:class:`~voxpipe.conversation.turn_history.TurnHistory`): what the history keeps
+* ``kept`` (:class:`~voxpipe.conversation.history.TurnHistory`): what the history keeps
   of each finished turn;
 * ``saved`` (:class:`~voxpipe.conversation.saved_state.SavedCall`): the saved state, and a
   restore from another worker's;
@@ -57,28 +57,28 @@ from voxpipe.conversation.events import (
     SpeechStarted,
     SpeechStopped,
 )
-from voxpipe.conversation.history import History
+from voxpipe.conversation.history import (
+    AnsweredAudio,
+    CallRecorder,
+    FinishedTurns,
+    History,
+    Summarizer,
+    TurnHistory,
+)
 from voxpipe.conversation.inbound import Arrivals, Inbound
 from voxpipe.conversation.keypad import KeypadTurns
-from voxpipe.conversation.partials import PartialTranscripts
-from voxpipe.conversation.playback import Pacer
-from voxpipe.conversation.record import CallRecorder
 from voxpipe.conversation.replies import Replies
 from voxpipe.conversation.reply import Reply
-from voxpipe.conversation.reply_audio import FrameNumbers
+from voxpipe.conversation.reply_audio import FrameNumbers, Pacer
 from voxpipe.conversation.reply_context import ReplyContext
 from voxpipe.conversation.reply_status import ReplyStatus
 from voxpipe.conversation.saved_state import SavedCall, new_call_id
 from voxpipe.conversation.services import CallRecord, Services
-from voxpipe.conversation.summarizer import Summarizer
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind, Verdict
-from voxpipe.conversation.turn_history import AnsweredAudio, TurnHistory
-from voxpipe.conversation.turn_judge import TurnJudge
-from voxpipe.conversation.turn_messages import FinishedTurns
+from voxpipe.conversation.turn_judge import PartialTranscripts, TurnJudge
 from voxpipe.conversation.turn_taking import TurnTaking, Yield
-from voxpipe.engines.base import STT_SAMPLE_RATE
-from voxpipe.engines.runner import JobClock
+from voxpipe.engines.base import STT_SAMPLE_RATE, JobClock
 from voxpipe.observability.latency_split import ClientTiming
 from voxpipe.observability.timeline import BargeIn, TurnTimeline
 
@@ -215,7 +215,8 @@ class Session:
 
     async def _process(self, pcm: bytes, arrived: int) -> None:
         audio = self._resampler.process(pcm16_to_float(pcm))
-        await self.keypad.heard(audio.shape[0])
+        if self.keypad.waiting:
+            await self.keypad.heard(audio.shape[0])
         if not self.commands.server_vad:  # the client ends turns itself: no VAD, just keep it
             self.commands.uncommitted.keep(audio, self.turn_config.max_turn_s)
             return

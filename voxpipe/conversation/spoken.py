@@ -1,28 +1,32 @@
-"""Only words reach the caller: markup in a reply becomes words or goes.
+"""The reply's text as the caller hears it: only words, cut into phrases for the TTS.
 
-A TTS reads whatever it is given. Shown a tool's result, a small model may write it back
-(``{"ok": true, "table": 12}`` read aloud, braces, quotes and all), or write the call itself
-as JSON; any model may write markdown, code, ``<tool_call>`` tags or field names at any
-time. The engine's sampling rules bar a reply's ``{`` and backtick tokens
-(``engines/reply_rules.py``), but not a quote that opens ``"ok": true``, and a remote model
-has no such rules. So every reply's text passes through one :class:`SpeechFilter`
-(``reply.py``), between the LLM and everything else: the TTS's clauses, the transcript a
-client is sent, the history. What it lets through has no braces, brackets, quotes,
-backticks, underscores, tags or markdown signs:
+**Only words.** A TTS reads whatever it is given. Shown a tool's result, a small model may
+write it back (``{"ok": true, "table": 12}`` read aloud), or write the call itself as JSON;
+any model may write markdown, code, ``<tool_call>`` tags or field names. The engine's
+sampling rules bar a reply's ``{`` and backtick tokens (``engines/reply_rules.py``), but not
+a quote that opens ``"ok": true``, and a remote model has no such rules. So every reply's
+text passes through one :class:`SpeechFilter`, between the LLM and everything else (the
+TTS's clauses, the transcript a client is sent, the history), and what passes has no
+braces, brackets, quotes, backticks, underscores, tags or markdown signs:
 
-- a JSON object or array (whole, or its ``"key": value`` pairs without the braces) becomes a
-  sentence made of its values (:func:`said_of`): ``{"ok": true, "table": 12}`` is
-  "Done: table 12." A tool call written as JSON (``name`` and ``arguments``) says nothing;
+- a JSON object or array (or its ``"key": value`` pairs) becomes a sentence of its values
+  (:func:`said_of`): ``{"ok": true, "table": 12}`` is "Done: table 12." A tool call
+  written as JSON (``name`` and ``arguments``) says nothing;
 - ``<tool_call>…</tool_call>`` and code blocks go; other tags go, their text stays;
 - inline code, quotes and markdown links keep their text; ``snake_case`` reads as words.
 
-It streams: plain text passes at once, as it came, and text that may be markup (a quote, a
-bracket, a ``snake_case`` word) is held until it is known, bounded by :data:`MAX_HELD_CHARS`.
+It streams: plain text passes at once; what may be markup is held until it is known, at
+most :data:`MAX_HELD_CHARS`. The model's side is :func:`result_for_model`: a tool's result
+asks the model to tell its outcome in words; a reply the filter left empty says the results
+in :func:`said_of`'s words (:func:`results_said`).
 
-The model's side of it is :func:`result_for_model`: the history shows a tool's result with
-a request to tell the caller its outcome in words, so the model rarely writes markup to begin
-with; a reply the filter left empty says the results in :func:`said_of`'s words
-(:func:`results_said`).
+**Phrases.** :class:`ClauseChunker` cuts the words into the TTS's clauses. The caller waits
+for the first, so it is a *phrase*: released at the first comma-like boundary once a few
+characters long, before a word that starts a new phrase (a conjunction or preposition) once
+a few words are complete, or after a few words at most; a long sentence with no comma does
+not hold the first audio back. The second is cut by the same rules with a larger bound
+(``second_phrase_max_words``): it is written and synthesized while the first plays. Later
+chunks are clauses and prefer sentence ends, which sound better.
 """
 
 from __future__ import annotations
@@ -32,18 +36,17 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
+from voxpipe.config import ChunkerConfig
 from voxpipe.engines.base import ChatMessage
 
-# After a result, a small model may read it out (``>{"ok": true, "taxi_id": 12}``) or talk
-# about it ("This response indicates that..."); this line after it asks it to tell the
-# caller ("The taxi is booked successfully."). It names no words to say: a model given the
-# words of :func:`said_of` copies them.
+# After a result, a model may read it out (``>{"ok": true, "taxi_id": 12}``) or talk about it
+# ("This response indicates..."); this asks it to tell the caller. It names no words to say:
+# a model given the words of :func:`said_of` copies them.
 SAY_THE_RESULT = (
     "Tell the caller the outcome, speaking to them directly, in one short spoken sentence "
     "of plain words, with no JSON or field names."
 )
-# Said when a reply was all markup and answered no result: the model meant to call a tool it
-# may not call now (``tool_choice`` "none"), or wrote code.
+# A reply all markup, answering no result (a call it may not make now, or code).
 CANNOT_SAY = "Sorry, I can't do that right now."
 MAX_HELD_CHARS = 2000  # markup held longer than this is judged as it stands
 MAX_DETAILS = 4  # a result's sentence names at most this many of its values
@@ -54,8 +57,8 @@ _TAG_PREFIX = re.compile(r"</?[A-Za-z_]?[\w:-]*[^<>]*\Z")
 _PAIR = re.compile(r'"([^"\\]+)"\s*:\s*("(?:[^"\\]|\\.)*"|true|false|null|-?\d+(?:\.\d+)?)')
 # Tags whose content is a call or code, not words (a model may write a call as XML).
 _DROPPED_TAGS = frozenset(
-    {"tool_call", "tool_calls", "function_call", "function", "functions", "tools", "tool"}
-    | {"arguments", "parameters", "invoke", "code", "script"}
+    "tool_call tool_calls function_call function functions tools tool arguments parameters "
+    "invoke code script".split()
 )
 _CALL_TEXT = re.compile(r'"name"\s*:\s*"[^"]*"\s*,\s*"(?:arguments|parameters)"\s*:')
 # Keys whose true value means "it worked", and keys whose string value is the sentence.
@@ -406,3 +409,92 @@ def results_said(messages: Sequence[ChatMessage]) -> str:
 def instead_of_markup(messages: Sequence[ChatMessage]) -> str:
     """What a reply says when the filter left nothing of what the model wrote."""
     return results_said(messages) or CANNOT_SAY
+
+
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*(?=\s)")
+_CLAUSE_END = re.compile(r"[,;:—–]+(?=\s)")
+_MARKUP = re.compile(r"[*_`#>|~]+|\[(.*?)\]\(.*?\)")
+_WORD = re.compile(r"\S+(?=\s)")  # a complete word: the next token has begun
+# Words a spoken phrase starts with: a pause before them sounds deliberate.
+PHRASE_STARTS = frozenset(
+    "and but or because although while when where which who whose that if unless "
+    "until after before since with without for from about at on in into to of by "
+    "between during through".split()
+)
+
+
+def clean_for_speech(text: str) -> str:
+    """Remove markdown the model may emit; keep link text."""
+    return re.sub(r"\s+", " ", _MARKUP.sub(lambda m: m.group(1) or "", text)).strip()
+
+
+class ClauseChunker:
+    def __init__(self, config: ChunkerConfig) -> None:
+        self.cfg = config
+        self._buffer = ""
+        self._emitted = 0
+        self._first_phrase_words = config.first_phrase_max_words
+
+    def hurry(self) -> None:
+        """The reply is late: its first phrase ends after ``late_first_phrase_words``."""
+        late = self.cfg.late_first_phrase_words
+        self._first_phrase_words = min(self._first_phrase_words or late, late)
+
+    def push(self, delta: str) -> list[str]:
+        """Add a text delta; return the clauses that are now complete."""
+        self._buffer += delta
+        out: list[str] = []
+        while clause := self._next_clause():
+            out.append(clause)
+        return out
+
+    def flush(self) -> list[str]:
+        """End of the reply: whatever is left is the last clause."""
+        rest, self._buffer = clean_for_speech(self._buffer), ""
+        return [rest] if _speakable(rest) else []
+
+    def _next_clause(self) -> str | None:
+        """Cut at the earliest eligible boundary, so the clauses do not depend on how the
+        text arrived (token by token or in one piece)."""
+        buf = self._buffer
+        limit = self.cfg.max_chars
+        phrase_words = self._phrase_words()
+        min_clause = self.cfg.min_first_chars if phrase_words else self.cfg.min_chars
+        ends = [m.end() for m in _SENTENCE_END.finditer(buf) if m.end() >= self.cfg.min_first_chars]
+        ends += [m.end() for m in _CLAUSE_END.finditer(buf) if m.end() >= min_clause]
+        ends = [e for e in ends if e <= limit]
+        if phrase_words and (phrase := self._phrase_end(buf, phrase_words)) is not None:
+            ends.append(phrase)
+        cut = min(ends) if ends else None
+        if cut is None and len(buf) > limit:
+            space = buf.rfind(" ", 0, limit)
+            cut = space if space > 0 else limit
+        if cut is None:
+            return None
+        clause, self._buffer = clean_for_speech(buf[:cut]), buf[cut:].lstrip()
+        if not _speakable(clause):
+            return self._next_clause() if self._buffer else None
+        self._emitted += 1
+        return clause
+
+    def _phrase_words(self) -> int:
+        """The most words of the next chunk, if it is a phrase (the first two); 0: a clause."""
+        if self._emitted == 0:
+            return self._first_phrase_words
+        return self.cfg.second_phrase_max_words if self._emitted == 1 else 0
+
+    def _phrase_end(self, buf: str, most: int) -> int | None:
+        """Where a phrase may end: before a phrase-starting word once ``first_phrase_min_words``
+        words precede it, or after ``most`` complete words; None while neither happened."""
+        least = self.cfg.first_phrase_min_words
+        for i, word in enumerate(_WORD.finditer(buf)):
+            bare = word.group().strip("\"'()[],.;:!?…").lower()
+            if i >= least and bare in PHRASE_STARTS:
+                return len(buf[: word.start()].rstrip()) or None
+            if i + 1 >= most:
+                return word.end()
+        return None
+
+
+def _speakable(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)

@@ -35,8 +35,7 @@ from voxpipe.agent import Tool, Toolbox, ToolCall, ToolEffect, ToolResult, ToolS
 from voxpipe.agent.call_context import NO_CALL, CallContext
 from voxpipe.conversation.confirmation import Confirmation
 from voxpipe.conversation.events import ClientOutbox, ToolFinished
-from voxpipe.conversation.history import History
-from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.history import CallRecorder, History
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
 from voxpipe.observability.metrics import Metrics
 
@@ -135,6 +134,7 @@ class ToolLedger:
         """``caller`` says who is calling, as the server knows it (``call_context.py``):
         every server tool call gets it; the model never writes it."""
         self.toolbox = toolbox
+        self._agent_tools = tuple(toolbox.specs())  # a toolbox is fixed once built
         self._caller = caller
         self.confirmation = Confirmation(history)  # what a call that asks first awaits
         self._history = history
@@ -170,7 +170,7 @@ class ToolLedger:
     def offered(self) -> list[ToolSpec] | None:
         """The tools in every prompt of this session (None: none, and the plain path);
         which the model may call is :attr:`tool_choice`, so the prompt stays the same."""
-        return [*self.toolbox.specs(), *self._client_tools.values()] or None
+        return [*self._agent_tools, *self._client_tools.values()] or None
 
     def runs_on_client(self, name: str) -> bool:
         return name in self._client_tools

@@ -62,6 +62,30 @@ class CancelToken:
         return lambda: None
 
 
+class JobObserver(Protocol):
+    def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None: ...
+
+    def set_queue_depth(self, engine: str, depth: int) -> None: ...
+
+
+@dataclass
+class JobClock:
+    """Monotonic timestamps of one job, in nanoseconds (0 = not yet)."""
+
+    queued_ns: int = 0
+    started_ns: int = 0
+    first_item_ns: int = 0
+    finished_ns: int = 0
+
+    @property
+    def queue_s(self) -> float:
+        return max(0, self.started_ns - self.queued_ns) / 1e9
+
+    @property
+    def compute_s(self) -> float:
+        return max(0, self.finished_ns - self.started_ns) / 1e9
+
+
 class VadStream(Protocol):
     """Per-call VAD state: feed 16 kHz float32 audio, get one probability per window."""
 

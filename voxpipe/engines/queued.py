@@ -22,6 +22,7 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     Engines,
+    JobClock,
     LlmEngine,
     LlmOutput,
     LlmRequest,
@@ -37,7 +38,7 @@ from voxpipe.engines.base import (
     VadStream,
     WarmingLlm,
 )
-from voxpipe.engines.runner import EngineRunner, JobClock
+from voxpipe.engines.runner import EngineRunner
 from voxpipe.engines.stt_batch import BatchingStt, SttBatch
 
 E = TypeVar("E")

@@ -24,37 +24,15 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar, cast
+
+from voxpipe.engines.base import JobClock, JobObserver
 
 T = TypeVar("T")
 
 
 class EngineBusy(RuntimeError):
     """The engine's queue is full; the caller should degrade or refuse."""
-
-
-class JobObserver(Protocol):
-    def observe_job(self, engine: str, queue_s: float, compute_s: float) -> None: ...
-
-    def set_queue_depth(self, engine: str, depth: int) -> None: ...
-
-
-@dataclass
-class JobClock:
-    """Monotonic timestamps of one job, in nanoseconds (0 = not yet)."""
-
-    queued_ns: int = 0
-    started_ns: int = 0
-    first_item_ns: int = 0
-    finished_ns: int = 0
-
-    @property
-    def queue_s(self) -> float:
-        return max(0, self.started_ns - self.queued_ns) / 1e9
-
-    @property
-    def compute_s(self) -> float:
-        return max(0, self.finished_ns - self.started_ns) / 1e9
 
 
 class _Failure:

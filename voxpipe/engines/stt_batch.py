@@ -21,8 +21,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from voxpipe.engines.base import Transcription
-from voxpipe.engines.runner import EngineRunner, JobClock
+from voxpipe.engines.base import JobClock, Transcription
+from voxpipe.engines.runner import EngineRunner
 
 DEFAULT_MAX_BATCH = 4
 

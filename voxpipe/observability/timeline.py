@@ -124,7 +124,7 @@ class BargeIn:
 
 
 class JobTimes(Protocol):
-    """What an engine's runner measured of one job (``engines.runner.JobClock``)."""
+    """What an engine's runner measured of one job (``engines.base.JobClock``)."""
 
     started_ns: int
     first_item_ns: int

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voxpipe.config import AuthConfig
 from voxpipe.conversation.principal import ANONYMOUS, Principal
-from voxpipe.observability.printable import PrintableId, check_id
+from voxpipe.observability.logs import PrintableId, check_id
 from voxpipe.server.token_replay import MemoryReplayGuard, ReplayGuard, ReplayUnavailable
 
 TOKEN_PREFIX = "vxt1."

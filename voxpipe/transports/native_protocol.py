@@ -31,7 +31,7 @@ from voxpipe.conversation.services import Services
 from voxpipe.conversation.session import Session
 from voxpipe.observability.client_labels import UNKNOWN
 from voxpipe.observability.latency_split import ClientTiming
-from voxpipe.observability.printable import PrintableId
+from voxpipe.observability.logs import PrintableId
 from voxpipe.transports.base import Undecodable, decode_json, describe_error
 from voxpipe.transports.call import Call, Rates
 

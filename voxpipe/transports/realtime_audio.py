@@ -15,8 +15,15 @@ from enum import StrEnum
 
 import numpy as np
 
-from voxpipe.audio import g711
-from voxpipe.audio.pcm import StreamResampler, float_to_pcm16, pcm16_to_float
+from voxpipe.audio.pcm import (
+    StreamResampler,
+    alaw_decode,
+    alaw_encode,
+    float_to_pcm16,
+    pcm16_to_float,
+    ulaw_decode,
+    ulaw_encode,
+)
 
 SESSION_RATE = 24000  # the session's input and output rate on this transport
 G711_RATE = 8000
@@ -55,12 +62,12 @@ GA_FORMATS = {
 }
 
 _DECODE: dict[RealtimeAudioFormat, Callable[[bytes], bytes]] = {
-    RealtimeAudioFormat.G711_ULAW: g711.ulaw_decode,
-    RealtimeAudioFormat.G711_ALAW: g711.alaw_decode,
+    RealtimeAudioFormat.G711_ULAW: ulaw_decode,
+    RealtimeAudioFormat.G711_ALAW: alaw_decode,
 }
 _ENCODE: dict[RealtimeAudioFormat, Callable[[bytes], bytes]] = {
-    RealtimeAudioFormat.G711_ULAW: g711.ulaw_encode,
-    RealtimeAudioFormat.G711_ALAW: g711.alaw_encode,
+    RealtimeAudioFormat.G711_ULAW: ulaw_encode,
+    RealtimeAudioFormat.G711_ALAW: alaw_encode,
 }
 
 

@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from voxpipe.engines.base import TOOL_NAME
-from voxpipe.observability.printable import check_id
+from voxpipe.observability.logs import check_id
 from voxpipe.transports.realtime_wire import Dialect
 
 MAX_INSTRUCTIONS = 8000  # characters, as the native protocol's session.start
 MAX_TOOL_DESCRIPTION = 4000  # characters: it goes into every prompt
-# An item id a client chooses: the one id rule (observability/printable.py), bounded tighter.
+# An item id a client chooses: the one id rule (observability/logs.py), bounded tighter.
 ItemId = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(check_id)]
 
 

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from voxpipe.conversation.events import AudioDropped
 from voxpipe.observability.metrics import Metrics
-from voxpipe.transports.send_buffer import SendBuffer
+from voxpipe.transports.base import SendBuffer
 
 INPUT_AUDIO_DROPPED = "input_audio_dropped"  # voxpipe's audio_dropped, in the Realtime's words
 

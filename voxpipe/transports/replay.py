@@ -14,8 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from voxpipe.conversation.events import AudioOut, Event
+from voxpipe.transports.base import SendBuffer
 from voxpipe.transports.native_protocol import ResumeFrom
-from voxpipe.transports.send_buffer import SendBuffer
 
 AUDIO_HEADER = struct.Struct("<II")  # seq, turn_id; then PCM16LE mono
 REPLAY_MAX_EVENTS = 4096

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from voxpipe.conversation.events import AudioOut, ErrorCode, ErrorEvent, Event, PlaybackClear
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.saved_state import new_session_id
-from voxpipe.observability.printable import PrintableId
+from voxpipe.observability.logs import PrintableId
 from voxpipe.transports.call import Call, CallEnd, Rates, SessionSinks
 from voxpipe.transports.native_protocol import (
     ClientEvents,

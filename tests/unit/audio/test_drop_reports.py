@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voxpipe.audio.buffers import DropReports, InboundAudioBuffer
+from voxpipe.conversation.inbound import DropReports, InboundAudioBuffer
 
 
 def test_the_first_drop_of_an_episode_is_told_at_once() -> None:

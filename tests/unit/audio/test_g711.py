@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voxpipe.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from voxpipe.audio.pcm import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

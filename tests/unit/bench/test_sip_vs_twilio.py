@@ -25,7 +25,7 @@ from bench.sip_vs_twilio import (
     render_table,
     round_order,
 )
-from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.audio.pcm import ulaw_encode
 from voxpipe.transports.sip import rtp, sdp
 from voxpipe.transports.sip.message import SipRequest, parse, response
 

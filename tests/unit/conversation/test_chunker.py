@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import pytest
 
 from voxpipe.config import ChunkerConfig
-from voxpipe.conversation.chunker import ClauseChunker, clean_for_speech
+from voxpipe.conversation.spoken import ClauseChunker, clean_for_speech
 
 # Five-word first phrases and clauses after them: the rules one at a time. The defaults
 # (three-word first phrase, second phrase of eight words at most) have their own tests below.

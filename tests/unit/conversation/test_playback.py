@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from voxpipe.conversation.playback import PlaybackTracker
+from voxpipe.conversation.reply_audio import PlaybackTracker
 
 RATE = 16000
 FRAME = 320  # 20 ms

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.unit.conversation.harness import Call
-from voxpipe.conversation.record import CallRecorder
+from voxpipe.conversation.history import CallRecorder
 from voxpipe.conversation.services import CallRecord
 
 

@@ -10,12 +10,8 @@ from itertools import product
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from voxpipe.conversation.reply_status import (
-    TRANSITIONS,
-    IllegalReplyTransition,
-    ReplyOutcome,
-    ReplyStatus,
-)
+from voxpipe.conversation.reply import ReplyOutcome
+from voxpipe.conversation.reply_status import TRANSITIONS, IllegalReplyTransition, ReplyStatus
 
 OLD_VALUES = (
     "pending",

@@ -12,7 +12,7 @@ from tests.unit.conversation.harness import Call, silence, speech
 from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import tool
-from voxpipe.conversation.summarizer import INSTRUCTIONS, Summarizer
+from voxpipe.conversation.history import INSTRUCTIONS, Summarizer
 from voxpipe.engines.base import ChatMessage
 
 SMALL = {"summarize_after_tokens": 10, "keep_recent_messages": 2}

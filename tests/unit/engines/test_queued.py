@@ -17,6 +17,7 @@ from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
     Engines,
+    JobClock,
     LlmOutput,
     LlmRequest,
     LlmUsage,
@@ -26,7 +27,7 @@ from voxpipe.engines.base import (
     Urgency,
 )
 from voxpipe.engines.queued import QueuedEngines, Runners
-from voxpipe.engines.runner import EngineRunner, JobClock
+from voxpipe.engines.runner import EngineRunner
 
 
 class Jobs:

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from voxpipe.engines.runner import EngineBusy, EngineRunner, JobClock
+from voxpipe.engines.base import JobClock
+from voxpipe.engines.runner import EngineBusy, EngineRunner
 
 
 class Recorder:

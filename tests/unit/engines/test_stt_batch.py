@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from voxpipe.engines.base import Transcription
-from voxpipe.engines.runner import EngineRunner, JobClock
+from voxpipe.engines.base import JobClock, Transcription
+from voxpipe.engines.runner import EngineRunner
 from voxpipe.engines.stt_batch import SttBatch
 
 

@@ -15,12 +15,13 @@ import pytest
 
 from voxpipe.observability.logs import (
     JsonLogFormatter,
+    RedactSecrets,
     bind_log_context,
+    configured_handlers,
     current_context,
     install_json,
     log_context,
 )
-from voxpipe.observability.redaction import RedactSecrets, configured_handlers
 
 SECRET = "configured-secret-0123"
 

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from tests.realtime_client import RATE, Listener, silence
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import quiet_config, serving
-from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.audio.pcm import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
 

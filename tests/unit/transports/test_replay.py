@@ -7,9 +7,9 @@ import asyncio
 import json
 
 from voxpipe.conversation.events import AudioOut, Pong
+from voxpipe.transports.base import SendBuffer
 from voxpipe.transports.native_protocol import ResumeFrom
 from voxpipe.transports.replay import AUDIO_HEADER, REPLAY_MAX_EVENTS, Outbound
-from voxpipe.transports.send_buffer import SendBuffer
 
 RATE = 16000
 FRAME_MS = 20

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from voxpipe.transports.send_buffer import MAX_EVENTS, SendBuffer
+from voxpipe.transports.base import MAX_EVENTS, SendBuffer
 
 
 class Socket:

@@ -1,7 +1,7 @@
 """Who a SIP call is from, as its tools are told (issue 29): the INVITE's From URI is the
 call context's ``caller``, beside the transport and the session; a From that is not a
 printable URI reaches no tool, and a Call-ID that is not printable is refused with a 400,
-as every client-chosen id at every door (``observability/printable.py``)."""
+as every client-chosen id at every door (``observability/logs.py``)."""
 
 from __future__ import annotations
 

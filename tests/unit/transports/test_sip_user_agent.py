@@ -23,7 +23,7 @@ from tests.unit.transports.in_process import quiet_config, serving
 from tests.unit.transports.sip_phone import SipPhone, offer
 from voxpipe.agent import Agent
 from voxpipe.agent.call_control import end_call, transfer_call_to
-from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.audio.pcm import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
 from voxpipe.transports.sip import rtp, user_agent

@@ -27,8 +27,7 @@ from voxpipe.config import Config
 from voxpipe.conversation.events import AudioOut, PlaybackClear, PlaybackFlush
 from voxpipe.engines.base import Engines
 from voxpipe.transports.telephony import PROVIDERS
-from voxpipe.transports.telephony.base import Provider
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
+from voxpipe.transports.telephony.base import AudioFormat, Encoding, Provider
 from voxpipe.transports.telephony.exotel import Exotel
 from voxpipe.transports.telephony.plivo import Plivo
 from voxpipe.transports.telephony.telnyx import Telnyx

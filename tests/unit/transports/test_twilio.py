@@ -15,7 +15,7 @@ import pytest
 from starlette.websockets import WebSocket
 
 from tests.unit.transports.media_stream import LOUD_PCM, QUIET_PCM, StreamLine
-from voxpipe.audio.g711 import ulaw_decode, ulaw_encode
+from voxpipe.audio.pcm import ulaw_decode, ulaw_encode
 from voxpipe.conversation.events import AudioOut, PlaybackClear
 from voxpipe.transports.telephony.media_stream import TelephonyTransport
 from voxpipe.transports.telephony.twilio import Twilio

@@ -18,7 +18,7 @@ import websockets
 from tests.support import metric_value
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import quiet_config, serving
-from voxpipe.audio.g711 import ulaw_encode
+from voxpipe.audio.pcm import ulaw_encode
 from voxpipe.config import Config
 from voxpipe.engines.base import Engines
 

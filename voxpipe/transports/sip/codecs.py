@@ -5,7 +5,7 @@ clock (what the timestamps count: 8000 for G.711; 48000 for Opus, whatever its a
 bandwidth, RFC 7587, 4.1) and the rate of the PCM16 it hands the session and takes from it.
 
 - **PCMU, PCMA** (G.711, RFC 3551's static types 0 and 8): 8 kHz, one byte a sample,
-  stateless (:class:`~voxpipe.transports.telephony.codec.AudioFormat`).
+  stateless (:class:`~voxpipe.transports.telephony.base.AudioFormat`).
 - **opus** (RFC 7587): mono at 48 kHz both ways, through libopus as PyAV carries it (the
   ``av`` wheel aiortc brings: no native build of ours). Opus is stateful, so each call gets
   its own encoder and decoder (:func:`codec_for`); a packet libopus cannot read is
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from voxpipe.transports.sip.rtp import BadPacket
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
+from voxpipe.transports.telephony.base import AudioFormat, Encoding
 
 FRAME_MS = 20
 OPUS_RATE = 48000  # RFC 7587: the RTP clock, and the rate we encode and decode at

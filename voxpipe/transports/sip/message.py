@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from voxpipe.observability.printable import check_id
+from voxpipe.observability.logs import check_id
 
 SIP_VERSION = "SIP/2.0"
 BRANCH_MAGIC = "z9hG4bK"  # RFC 3261 branch ids start with this

@@ -1,4 +1,5 @@
 """What a telephony provider is: the base class a provider's module implements, the
+messages it reads, what each one means to the call, and the audio formats it streams.
 messages it reads, and what each one means to the call.
 
 Twilio, Telnyx, Plivo, Vonage and Exotel each open a WebSocket per call and speak their own
@@ -11,6 +12,14 @@ played, a way to drop what is buffered (barge-in), and an end. A provider's modu
 :class:`MediaMarkClear` where it takes Twilio's messages as they are); its class is then
 listed in ``PROVIDERS`` (``telephony/__init__.py``). Everything else, the call itself over
 the provider's socket, is ``media_stream.py``, once for all of them.
+
+**Audio formats.** A provider names its format in its start message (Twilio:
+``audio/x-mulaw``, Telnyx: ``PCMU``/``PCMA``/``L16``, Plivo: ``audio/x-l16``, Vonage:
+``audio/l16;rate=16000``, Exotel: raw 16-bit PCM); its module maps that name onto one
+:class:`AudioFormat`, and the base decodes the caller's audio, encodes the reply and checks a
+frame's size. L16 as RTP carries it (Telnyx) is big-endian (RFC 3551, 4.5.11); the L16 of
+Plivo, Vonage and Exotel is the little-endian PCM16 of a WAV file, so both are here, named
+apart.
 """
 
 from __future__ import annotations
@@ -18,16 +27,18 @@ from __future__ import annotations
 import base64
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, Protocol, get_args
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxpipe.audio.pcm import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from voxpipe.config import TelephonyConfig
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.transports.provider_rest import NotDialable
-from voxpipe.transports.telephony.codec import AudioFormat
 
 MAX_INSTRUCTIONS = 8000  # a start's "instructions" parameter, in characters
 CALLER_PARAMETERS = ("From", "from", "caller")
@@ -255,3 +266,64 @@ class MediaMarkClear(Provider):
     def _message(self, event: str, stream: Started, body: dict[str, Any]) -> str:
         named = {self.stream_key: stream.stream} if self.stream_key else {}
         return compact({"event": event, **named, **body})
+
+
+class Encoding(StrEnum):
+    MULAW = "mulaw"  # G.711 μ-law, one byte a sample
+    ALAW = "alaw"  # G.711 A-law, one byte a sample
+    PCM16LE = "pcm16le"  # linear 16-bit, little-endian (WAV's byte order)
+    PCM16BE = "pcm16be"  # linear 16-bit, network byte order (RTP's L16)
+
+
+_SAMPLE_BYTES = {Encoding.MULAW: 1, Encoding.ALAW: 1, Encoding.PCM16LE: 2, Encoding.PCM16BE: 2}
+_SILENCE = {Encoding.MULAW: b"\xff", Encoding.ALAW: b"\xd5", Encoding.PCM16LE: b"\0\0"}
+
+
+def _swap16(data: bytes) -> bytes:
+    return np.frombuffer(data, dtype="<u2").byteswap().tobytes()
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+_CODERS: dict[Encoding, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {
+    Encoding.MULAW: (ulaw_decode, ulaw_encode),  # (wire -> PCM16 LE, PCM16 LE -> wire)
+    Encoding.ALAW: (alaw_decode, alaw_encode),
+    Encoding.PCM16LE: (_same, _same),
+    Encoding.PCM16BE: (_swap16, _swap16),
+}
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    """One direction's audio on the wire: its encoding and sample rate, mono."""
+
+    encoding: Encoding
+    rate: int
+
+    @property
+    def sample_bytes(self) -> int:
+        return _SAMPLE_BYTES[self.encoding]
+
+    def bytes_for(self, ms: int) -> int:
+        """The bytes ``ms`` of audio take on the wire."""
+        return self.rate * ms // 1000 * self.sample_bytes
+
+    def silence(self, size: int) -> bytes:
+        """``size`` bytes of silence (``size`` a whole number of samples)."""
+        return _SILENCE.get(self.encoding, b"\0\0") * (size // self.sample_bytes)
+
+    def decode(self, data: bytes) -> bytes:
+        """Wire audio -> PCM16 LE (``data`` a whole number of samples)."""
+        return _CODERS[self.encoding][0](data)
+
+    def encode(self, pcm16: bytes) -> bytes:
+        """PCM16 LE -> wire audio."""
+        return _CODERS[self.encoding][1](pcm16)
+
+    def __str__(self) -> str:
+        return f"{self.encoding.value} {self.rate} Hz"
+
+
+MULAW_8K = AudioFormat(Encoding.MULAW, 8000)

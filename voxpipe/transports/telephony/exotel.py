@@ -17,10 +17,12 @@ from pydantic import Field
 
 from voxpipe.config import TelephonyConfig
 from voxpipe.conversation.events import ErrorCode
-from voxpipe.observability.printable import PrintableId
+from voxpipe.observability.logs import PrintableId
 from voxpipe.transports.telephony.base import (
     Audio,
+    AudioFormat,
     Digit,
+    Encoding,
     Ignored,
     KeyInfo,
     MarkInfo,
@@ -35,7 +37,6 @@ from voxpipe.transports.telephony.base import (
     WireMessage,
     messages_of,
 )
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
 FRAME_MS = 20  # 320 bytes at 8 kHz: Exotel takes multiples of that
 

@@ -19,11 +19,13 @@ from pydantic import Field
 
 from voxpipe.config import TelephonyConfig
 from voxpipe.conversation.events import ErrorCode
-from voxpipe.observability.printable import PrintableId
+from voxpipe.observability.logs import PrintableId
 from voxpipe.transports import plivo_rest
 from voxpipe.transports.telephony.base import (
     NO_INBOUND,
+    AudioFormat,
     Digit,
+    Encoding,
     Ignored,
     KeyInfo,
     Numeral,
@@ -39,7 +41,6 @@ from voxpipe.transports.telephony.base import (
     messages_of,
     track_audio,
 )
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
 CONTENT_TYPES = {"audio/x-mulaw": Encoding.MULAW, "audio/x-l16": Encoding.PCM16LE}
 _HEADER = re.compile(r"([A-Za-z0-9_]{1,64})=([^,;]{0,256})")

@@ -17,10 +17,12 @@ from typing import Literal
 from pydantic import Field
 
 from voxpipe.config import TelephonyConfig
-from voxpipe.observability.printable import PrintableId
+from voxpipe.observability.logs import PrintableId
 from voxpipe.transports import telnyx_rest
 from voxpipe.transports.telephony.base import (
+    AudioFormat,
     Digit,
+    Encoding,
     Ignored,
     KeyInfo,
     MarkInfo,
@@ -37,7 +39,6 @@ from voxpipe.transports.telephony.base import (
     messages_of,
     track_audio,
 )
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
 ENCODINGS = {"PCMU": Encoding.MULAW, "PCMA": Encoding.ALAW, "L16": Encoding.PCM16BE}
 

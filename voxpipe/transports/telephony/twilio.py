@@ -18,9 +18,10 @@ from pydantic import Field
 
 from voxpipe.config import TelephonyConfig
 from voxpipe.conversation.events import ErrorCode
-from voxpipe.observability.printable import PrintableId
+from voxpipe.observability.logs import PrintableId
 from voxpipe.transports import twilio_rest
 from voxpipe.transports.telephony.base import (
+    MULAW_8K,
     NO_INBOUND,
     Digit,
     Ignored,
@@ -35,7 +36,6 @@ from voxpipe.transports.telephony.base import (
     messages_of,
     track_audio,
 )
-from voxpipe.transports.telephony.codec import MULAW_8K
 
 _DIGITS = r"^[0-9]{1,20}$"
 _TWILIO_SID = re.compile(r"^(MZ|CA|AC)[0-9a-fA-F]{32}$")

@@ -20,12 +20,14 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from voxpipe.config import TelephonyConfig
-from voxpipe.observability.printable import check_id
+from voxpipe.observability.logs import check_id
 from voxpipe.transports import vonage_rest
 from voxpipe.transports.telephony.base import (
     Audio,
+    AudioFormat,
     Digit,
     DigitKey,
+    Encoding,
     Ignored,
     Played,
     Provider,
@@ -37,7 +39,6 @@ from voxpipe.transports.telephony.base import (
     compact,
     messages_of,
 )
-from voxpipe.transports.telephony.codec import AudioFormat, Encoding
 
 CALL_HEADER = "call_uuid"  # the NCCO header that names the call (the answer webhook's uuid)
 FRAME_MS = 20

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from uvicorn.logging import AccessFormatter
 
-from voxpipe.observability.redaction import REDACTED, Redactor, RedactSecrets, install
+from voxpipe.observability.logs import REDACTED, Redactor, RedactSecrets, install
 
 KEY = "k1-0123456789abcdef"
 TOKEN = "vxt1.eyJzdWIiOiJrZXk6MCIsImV4cCI6MTcwMDAwMDAwMH0.c2lnbmF0dXJl-_="

@@ -1,10 +1,10 @@
-"""The one id rule and the one escape for operator output (``observability/printable.py``)."""
+"""The one id rule and the one escape for operator output (``observability/logs.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from voxpipe.observability.printable import MAX_ID_CHARS, check_id, escape
+from voxpipe.observability.logs import MAX_ID_CHARS, check_id, escape
 
 
 @pytest.mark.parametrize(
