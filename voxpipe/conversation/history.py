@@ -226,22 +226,18 @@ class FinishedReply(Protocol):
     :class:`~voxpipe.conversation.reply.Reply`, which holds the history: named here by what
     is read of it, so that the two modules do not import each other)."""
 
+    transcript: str
+    audio: np.ndarray | None  # None: the reply answered no new words of the caller's
+    user_message: ChatMessage | None
+    continues: int
+    repeats: int
+    tracker: PlaybackTracker
+
     @property
     def turn_id(self) -> int: ...
-    @property
-    def transcript(self) -> str: ...
+
     @property
     def answer_text(self) -> str: ...
-    @property
-    def audio(self) -> np.ndarray | None: ...
-    @property
-    def user_message(self) -> ChatMessage | None: ...
-    @property
-    def continues(self) -> int: ...
-    @property
-    def repeats(self) -> int: ...
-    @property
-    def tracker(self) -> PlaybackTracker: ...
 
 
 class OfferedTools(Protocol):
