@@ -49,7 +49,9 @@ class TurnConfig(BaseModel):
         None,
         gt=0.0,
         lt=1.0,
-        description="Probability below which a window counts as silence (default threshold-0.15).",
+        description="Probability below which a window is quiet (default threshold-0.15): a "
+        "turn ends only on a quiet window. Between it and threshold, the fade after a word "
+        "(at most 256 ms) counts toward silence_ms; a longer run holds the turn as speech.",
     )
     min_speech_ms: int = Field(
         96, ge=0, le=2000, description="Speech shorter than this is ignored."
@@ -61,7 +63,8 @@ class TurnConfig(BaseModel):
         500,
         ge=32,
         le=5000,
-        description="Silence that ends the user's turn (end_of_turn: silence).",
+        description="Silence that ends the user's turn (end_of_turn: silence), from the "
+        "last window at threshold.",
     )
     end_of_turn: Literal["silence", "smart_turn"] = Field(
         "silence",

@@ -49,6 +49,13 @@ class TurnEventKind(Enum):
 # the last word better with it ("table for four" was "for... for" with one window less).
 TAIL_WINDOWS = 3
 
+# Silero's probability fades after the last word rather than dropping: on clean 16 kHz speech
+# it stays between the release level and the bar for up to a quarter second (LibriVox: 0-224
+# ms, the sound itself gone 36 ms after the last window at the bar). Those windows count as
+# silence, so silence_ms means the same wait after every word, however it faded; a longer run
+# in the band is soft speech, and holds the turn as before.
+FADE_WINDOWS = 8
+
 # Smart Turn is asked after this much silence, not at the first quiet window: Silero dips
 # between words, and each check costs a Whisper-encoder inference and a transcript of the
 # turn so far (docs/benchmarks.md).
@@ -116,7 +123,15 @@ class TurnDetector:
         self._turn: list[np.ndarray] = []
         self._in_speech = False
         self._speech_run = 0
-        self._silence_run = 0
+        # The silence that ends a turn runs from the last window at the turn's bar (speech),
+        # through up to FADE_WINDOWS of the band between the release level and the bar
+        # (module constant): the turn cannot end on a window in the band, and its audio
+        # keeps them (``_quiet_run``), but they do not restart the silence.
+        self._silence_run = 0  # windows since the last one at the bar (or in a long band)
+        self._quiet_run = 0  # windows below the release level since the speech (and its fade)
+        self._band_run = 0  # windows in a row in the band
+        self._may_fade = False  # only speech, not a sound in the band, fades
+        self._asked = False  # this silence's END_CANDIDATE has been sent
         self._start_sample = 0
         self._last_speech_end = 0
         self.samples = 0  # windows seen x window size: the detector's clock
@@ -141,7 +156,8 @@ class TurnDetector:
                 if self._speech_run >= needs:
                     self._in_speech = True
                     self._bar = opens
-                    self._silence_run = 0
+                    self._silence_run = self._quiet_run = self._band_run = 0
+                    self._asked, self._may_fade = False, True
                     self._turn = list(self._prefix)
                     self._prefix.clear()
                     self._start_sample = start - (self._speech_run - 1) * self.window
@@ -152,17 +168,35 @@ class TurnDetector:
             return None
 
         self._turn.append(window)
-        if prob >= min(self._release, self._bar):
-            self._silence_run = 0
+        in_band = self._release <= prob < self._bar
+        self._band_run = self._band_run + 1 if in_band else 0
+        # A window in the band is the last word fading only straight after it, and not for
+        # long; after a quiet window it is a new sound, and a long run is soft speech.
+        fading = in_band and self._may_fade and self._band_run <= FADE_WINDOWS
+        if prob >= self._bar or (in_band and not fading):
+            self._may_fade = prob >= self._bar
+            self._silence_run = self._quiet_run = 0
             self._ends_at = None  # speech again: a verdict on the last silence is moot
+            self._asked = False
             if prob >= self.cfg.threshold:
                 self._last_speech_end = self.samples
-        else:
+        elif fading:
             self._silence_run += 1
+        else:
+            self._may_fade = False
+            self._silence_run += 1
+            self._quiet_run += 1
+        quiet = self._quiet_run > 0
         ends_at = self._ends_at or self._silence
-        if self._silence_run >= ends_at or len(self._turn) >= self._max_windows:
+        if (quiet and self._silence_run >= ends_at) or len(self._turn) >= self._max_windows:
             return self._end_turn()
-        if (self.smart or self.check_overlap) and self._silence_run == self._check:
+        if (
+            (self.smart or self.check_overlap)
+            and quiet
+            and not self._asked
+            and (self._silence_run >= self._check)
+        ):
+            self._asked = True
             return TurnEvent(
                 TurnEventKind.END_CANDIDATE,
                 self._last_speech_end,
@@ -185,7 +219,7 @@ class TurnDetector:
 
     def turn_audio(self) -> np.ndarray:
         """The current turn's audio so far: up to the last speech plus a short tail."""
-        tail = max(0, self._silence_run - TAIL_WINDOWS)
+        tail = max(0, self._quiet_run - TAIL_WINDOWS)
         windows = self._turn[: len(self._turn) - tail] if tail else self._turn
         return np.concatenate(windows) if windows else np.zeros(0, np.float32)
 
@@ -198,7 +232,8 @@ class TurnDetector:
         )
         self._in_speech = False
         self._speech_run = 0
-        self._silence_run = 0
+        self._silence_run = self._quiet_run = self._band_run = 0
+        self._asked = False
         self._ends_at = None
         self._turn = []
         self.check_overlap = False
@@ -208,7 +243,7 @@ class TurnDetector:
         """``audio`` of an ``END_CANDIDATE`` as the turn's end would give it: with the full
         tail of silence, zeros where it is not yet heard, so a transcript made at the check
         is the one the end of the turn would make."""
-        missing = max(0, TAIL_WINDOWS - self._silence_run) if self._in_speech else 0
+        missing = max(0, TAIL_WINDOWS - self._quiet_run) if self._in_speech else 0
         return np.concatenate([audio, np.zeros(missing * self.window, audio.dtype)])
 
     @property
@@ -223,5 +258,5 @@ class TurnDetector:
         return (self._last_speech_end - self._start_sample) * 1000 / self._rate
 
     def silence_ms(self) -> float:
-        """How long the current in-speech silence has lasted (0 outside speech)."""
+        """How long since the current turn's last speech (0 outside speech)."""
         return self._silence_run * self.window * 1000 / self._rate if self._in_speech else 0.0

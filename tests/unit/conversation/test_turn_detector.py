@@ -7,7 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from voxpipe.config import TurnConfig
-from voxpipe.conversation.turn_detector import TurnDetector, TurnEvent, TurnEventKind
+from voxpipe.conversation.turn_detector import (
+    FADE_WINDOWS,
+    TurnDetector,
+    TurnEvent,
+    TurnEventKind,
+)
 
 W = 512  # samples per window: 32 ms at 16 kHz
 
@@ -143,6 +148,54 @@ def test_release_threshold_hysteresis() -> None:
     events = feed(detector, [0.2] * 5, first=33)
     assert [(i, e.kind) for i, e in events] == [(37, TurnEventKind.SPEECH_STOPPED)]
     assert events[0][1].sample == 13 * W
+
+
+def test_a_fading_word_does_not_restart_the_silence() -> None:
+    """Silero's probability fades through the band after a word: the silence that ends the
+    turn runs from the last window at the threshold, so the same silence_ms follows every
+    word, however it faded. The faded windows stay in the turn's audio."""
+    detector = TurnDetector(CFG, W)
+    # Speech (windows 0-3), a fade of 4 windows in the band (4-7), then quiet from window 8.
+    events = feed(detector, [0.9] * 4 + [0.4] * 4 + [0.1] * 10)
+    kinds = [(i, e.kind) for i, e in events]
+    # 5 windows of silence after the last speech (window 3) end the turn at window 8, the
+    # first quiet window; with the fade restarting the silence it would have been window 12.
+    assert kinds == [(2, TurnEventKind.SPEECH_STARTED), (8, TurnEventKind.SPEECH_STOPPED)]
+    assert events[1][1].sample == 4 * W
+    assert window_ids(events[1][1].audio)[-1] == 8  # the fade and the first quiet window
+
+
+def test_the_turn_never_ends_on_a_window_in_the_band() -> None:
+    detector = TurnDetector(CFG, W)
+    # Past 5 windows since the last speech, but every window in the band (a fade of the
+    # longest kind): the turn holds until a window is quiet.
+    events = feed(detector, [0.9] * 3 + [0.4] * 8)
+    assert [e.kind for _, e in events] == [TurnEventKind.SPEECH_STARTED]
+    assert detector.in_speech
+    events = feed(detector, [0.1], first=11)
+    assert [(i, e.kind) for i, e in events] == [(11, TurnEventKind.SPEECH_STOPPED)]
+
+
+def test_a_long_run_in_the_band_is_soft_speech() -> None:
+    """More than FADE_WINDOWS in the band is no fade: it holds the turn, and the silence
+    starts again after it, as for speech."""
+    detector = TurnDetector(CFG, W)
+    feed(detector, [0.9] * 3 + [0.4] * (FADE_WINDOWS + 1))
+    assert detector.silence_ms() == 0.0
+    start = 3 + FADE_WINDOWS + 1
+    events = feed(detector, [0.1] * 5, first=start)
+    assert [(i, e.kind) for i, e in events] == [(start + 4, TurnEventKind.SPEECH_STOPPED)]
+
+
+def test_a_sound_after_the_fade_is_no_fade() -> None:
+    """A window in the band after a quiet one is a new sound (a breath, the next word
+    starting softly): it holds the turn and the silence starts again, as before the fade
+    rule, so a preempted reply on the turn so far is discarded."""
+    detector = TurnDetector(CFG, W)
+    feed(detector, [0.9] * 3 + [0.1] * 2 + [0.4] * 2)
+    assert detector.in_speech and detector.silence_ms() == 0.0
+    events = feed(detector, [0.1] * 5, first=7)
+    assert [(i, e.kind) for i, e in events] == [(11, TurnEventKind.SPEECH_STOPPED)]
 
 
 def test_default_release_threshold_is_threshold_minus_0_15() -> None:
