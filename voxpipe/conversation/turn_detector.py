@@ -55,6 +55,10 @@ TAIL_WINDOWS = 3
 # silence, so silence_ms means the same wait after every word, however it faded; a longer run
 # in the band is soft speech, and holds the turn as before.
 FADE_WINDOWS = 8
+# After the fade, read speech leaves single windows in the band (a breath, a click: "...to
+# be ill-disposed." then 0.22 0.13 0.11 0.14 0.28 0.47 0.10): up to this many in a row count
+# as silence too, as Silero's own end-pointing counts them; a third is a sound.
+BLIP_WINDOWS = 2
 
 # Smart Turn is asked after this much silence, not at the first quiet window: Silero dips
 # between words, and each check costs a Whisper-encoder inference and a transcript of the
@@ -170,9 +174,11 @@ class TurnDetector:
         self._turn.append(window)
         in_band = self._release <= prob < self._bar
         self._band_run = self._band_run + 1 if in_band else 0
-        # A window in the band is the last word fading only straight after it, and not for
-        # long; after a quiet window it is a new sound, and a long run is soft speech.
-        fading = in_band and self._may_fade and self._band_run <= FADE_WINDOWS
+        # The band straight after speech is the word fading (up to FADE_WINDOWS); after a
+        # quiet window, a window or two is a breath or a click (up to BLIP_WINDOWS); a longer
+        # run is a sound: it holds the turn, restarts the silence, and so discards a held
+        # reply that did not hear it.
+        fading = in_band and self._band_run <= (FADE_WINDOWS if self._may_fade else BLIP_WINDOWS)
         if prob >= self._bar or (in_band and not fading):
             self._may_fade = prob >= self._bar
             self._silence_run = self._quiet_run = 0

@@ -8,6 +8,7 @@ import numpy as np
 
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.turn_detector import (
+    BLIP_WINDOWS,
     FADE_WINDOWS,
     TurnDetector,
     TurnEvent,
@@ -187,15 +188,22 @@ def test_a_long_run_in_the_band_is_soft_speech() -> None:
     assert [(i, e.kind) for i, e in events] == [(start + 4, TurnEventKind.SPEECH_STOPPED)]
 
 
-def test_a_sound_after_the_fade_is_no_fade() -> None:
-    """A window in the band after a quiet one is a new sound (a breath, the next word
-    starting softly): it holds the turn and the silence starts again, as before the fade
-    rule, so a preempted reply on the turn so far is discarded."""
+def test_a_blip_after_the_fade_is_silence_and_a_sound_is_not() -> None:
+    """After a quiet window, BLIP_WINDOWS in the band (a breath, a click) count as silence;
+    one more is a sound: it holds the turn and the silence starts again, so a preempted
+    reply on the turn so far is discarded."""
     detector = TurnDetector(CFG, W)
-    feed(detector, [0.9] * 3 + [0.1] * 2 + [0.4] * 2)
+    feed(detector, [0.9] * 3 + [0.1] + [0.4] * BLIP_WINDOWS)
+    assert detector.silence_ms() == (1 + BLIP_WINDOWS) * 32.0
+    events = feed(detector, [0.1] * 2, first=4 + BLIP_WINDOWS)
+    assert [e.kind for _, e in events] == [TurnEventKind.SPEECH_STOPPED]
+
+    detector = TurnDetector(CFG, W)
+    feed(detector, [0.9] * 3 + [0.1] + [0.4] * (BLIP_WINDOWS + 1))
     assert detector.in_speech and detector.silence_ms() == 0.0
-    events = feed(detector, [0.1] * 5, first=7)
-    assert [(i, e.kind) for i, e in events] == [(11, TurnEventKind.SPEECH_STOPPED)]
+    first = 4 + BLIP_WINDOWS + 1
+    events = feed(detector, [0.1] * 5, first=first)
+    assert [(i, e.kind) for i, e in events] == [(first + 4, TurnEventKind.SPEECH_STOPPED)]
 
 
 def test_default_release_threshold_is_threshold_minus_0_15() -> None:
