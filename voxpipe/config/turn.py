@@ -51,7 +51,8 @@ class TurnConfig(BaseModel):
         lt=1.0,
         description="Probability below which a window is quiet (default threshold-0.15): a "
         "turn ends only on a quiet window. Between it and threshold, the fade after a word "
-        "(at most 256 ms) counts toward silence_ms; a longer run holds the turn as speech.",
+        "(at most 256 ms) and, later, one or two windows in a row (a breath) count toward "
+        "silence_ms; a longer run is a sound and holds the turn.",
     )
     min_speech_ms: int = Field(
         96, ge=0, le=2000, description="Speech shorter than this is ignored."
