@@ -70,7 +70,7 @@ class History:
     system_prompt: str
     turns: list[ChatMessage] = field(default_factory=list)
     max_messages: int = 400  # bound: the LLM engine trims to its context long before this
-    summary: str = ""  # older turns, condensed (see summarizer.py)
+    summary: str = ""  # older turns, condensed (:class:`Summarizer`)
     summarized_messages: int = 0
 
     def add_user(self, text: str) -> ChatMessage:

@@ -45,6 +45,11 @@ class Keypad:
             return self._take()
         return None
 
+    @property
+    def holding(self) -> bool:
+        """Digits are entered and not yet taken."""
+        return bool(self._digits)
+
     def _take(self) -> str:
         digits, self._digits = "".join(self._digits), []
         return digits
@@ -81,7 +86,7 @@ class KeypadTurns:
         """A keypad key (DTMF: 0-9, *, #, A-D) from the phone line."""
         self._counts["dtmf"] += 1
         digits = self._keypad.press(digit, self._samples)
-        self.waiting = digits is None and digit != TERMINATOR
+        self.waiting = self._keypad.holding
         if digits is not None:
             await self._entered(digits)
 
@@ -89,8 +94,9 @@ class KeypadTurns:
         """``samples`` more of the caller's audio (16 kHz) while :attr:`waiting`: the digits
         typed end once the caller has pressed nothing for ``turn.keypad_idle_ms``."""
         self._samples += samples
-        if (digits := self._keypad.due(self._samples)) is not None:
-            self.waiting = False
+        digits = self._keypad.due(self._samples)
+        self.waiting = self._keypad.holding
+        if digits is not None:
             await self._entered(digits)
 
     async def _entered(self, digits: str) -> None:

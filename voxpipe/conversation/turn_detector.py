@@ -128,9 +128,9 @@ class TurnDetector:
         self._in_speech = False
         self._speech_run = 0
         # The silence that ends a turn runs from the last window at the turn's bar (speech),
-        # through up to FADE_WINDOWS of the band between the release level and the bar
-        # (module constant): the turn cannot end on a window in the band, and its audio
-        # keeps them (``_quiet_run``), but they do not restart the silence.
+        # through the fade and the blips in the band between the release level and the bar
+        # (FADE_WINDOWS, BLIP_WINDOWS): the turn cannot end on a window in the band, and its
+        # audio keeps them (``_quiet_run``), but they do not restart the silence.
         self._silence_run = 0  # windows since the last one at the bar (or in a long band)
         self._quiet_run = 0  # windows below the release level since the speech (and its fade)
         self._band_run = 0  # windows in a row in the band

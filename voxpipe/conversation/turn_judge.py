@@ -220,7 +220,7 @@ def _verdict(
     return said, {**check, "verdict": said.value}
 
 
-log = logging.getLogger("voxpipe.partials")
+partials_log = logging.getLogger("voxpipe.partials")  # a logger of its own, as before
 
 
 @dataclass
@@ -286,7 +286,7 @@ class PartialTranscripts:
         except EngineBusy:
             return
         except Exception as exc:  # a partial is a courtesy: the final transcript still comes
-            log.warning("partial transcript failed: %s", exc)
+            partials_log.warning("partial transcript failed: %s", exc)
             return
         text = result.text.strip()
         if turn_id != self._turn_id or not text:
