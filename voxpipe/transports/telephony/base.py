@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, Protocol, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -89,24 +89,11 @@ class KeyInfo(WireMessage):
 
 
 class TrackMedia(WireMessage):
-    """Caller audio as Telnyx and Plivo send it: a track, a chunk number, base64."""
+    """Caller audio as Twilio, Telnyx and Plivo send it: a track, a chunk number, base64."""
 
     track: Literal["inbound", "outbound"]
     chunk: Numeral
     payload: str = Field(min_length=1)
-
-
-class _TrackAudio(Protocol):
-    """A media message's body that names its track (Twilio's, Telnyx's, Plivo's)."""
-
-    @property
-    def track(self) -> str: ...
-
-    @property
-    def chunk(self) -> int | str: ...
-
-    @property
-    def payload(self) -> str: ...
 
 
 # -- what a provider's message means ------------------------------------------------------
@@ -189,12 +176,45 @@ class Refused:
     fatal: bool = False
 
 
-def track_audio(stream: str, media: _TrackAudio) -> Audio | Ignored:
+def track_audio(stream: str, media: TrackMedia) -> Audio | Ignored:
     """Caller audio from a stream that may carry both legs of the call: the other leg (the
     ``outbound`` track, ``<Start><Stream>`` with both tracks) is not the caller."""
     if media.track != "inbound":
         return Ignored(stream, "of the outbound track")
     return Audio(stream, media.payload, f"media {media.chunk}")
+
+
+class MediaMessage(WireMessage):
+    """``media``: caller audio on a named track (Twilio's, Telnyx's and Plivo's shape)."""
+
+    event: Literal["media"]
+    media: TrackMedia
+
+
+class MarkMessage(WireMessage):
+    """``mark``: the audio sent before the named mark has played, or a clear dropped it."""
+
+    event: Literal["mark"]
+    mark: MarkInfo
+
+
+class KeyMessage(WireMessage):
+    """``dtmf``: the caller pressed a key."""
+
+    event: Literal["dtmf"]
+    dtmf: KeyInfo
+
+
+def shared_event(stream: str, message: WireMessage) -> ProviderEvent | None:
+    """The messages that Twilio-shaped streams share, whatever each names its ids: a
+    provider's stream message subclasses one of them, and its ``inbound`` asks here first."""
+    if isinstance(message, MediaMessage):
+        return track_audio(stream, message.media)
+    if isinstance(message, MarkMessage):
+        return Played(stream, message.mark.name)
+    if isinstance(message, KeyMessage):
+        return Digit(stream, message.dtmf.digit)
+    return None
 
 
 NO_INBOUND = Refused(ErrorCode.INVALID_EVENT, "start: no inbound track: nothing to answer", True)

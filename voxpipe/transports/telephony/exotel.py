@@ -21,14 +21,12 @@ from voxpipe.observability.logs import PrintableId
 from voxpipe.transports.telephony.base import (
     Audio,
     AudioFormat,
-    Digit,
     Encoding,
     Ignored,
-    KeyInfo,
-    MarkInfo,
+    KeyMessage,
+    MarkMessage,
     MediaMarkClear,
     Numeral,
-    Played,
     ProviderEvent,
     Refused,
     Started,
@@ -36,6 +34,7 @@ from voxpipe.transports.telephony.base import (
     TransferUnsupported,
     WireMessage,
     messages_of,
+    shared_event,
 )
 
 FRAME_MS = 20  # 320 bytes at 8 kHz: Exotel takes multiples of that
@@ -79,14 +78,12 @@ class Media(_StreamMessage):
     media: MediaInfo
 
 
-class Dtmf(_StreamMessage):
-    event: Literal["dtmf"]
-    dtmf: KeyInfo
+class Dtmf(_StreamMessage, KeyMessage):
+    pass
 
 
-class Mark(_StreamMessage):
-    event: Literal["mark"]
-    mark: MarkInfo
+class Mark(_StreamMessage, MarkMessage):
+    pass
 
 
 class StopInfo(WireMessage):
@@ -128,10 +125,8 @@ class Exotel(MediaMarkClear):
             )
         if isinstance(message, Media):
             return Audio(sid, message.media.payload, f"media {message.media.chunk}")
-        if isinstance(message, Dtmf):
-            return Digit(sid, message.dtmf.digit)
-        if isinstance(message, Mark):
-            return Played(sid, message.mark.name)
+        if (shared := shared_event(sid, message)) is not None:
+            return shared
         assert isinstance(message, Stop)
         return Stopped(sid, f"Exotel sent stop ({message.stop.reason or 'no reason'})")
 

@@ -24,22 +24,21 @@ from voxpipe.transports import plivo_rest
 from voxpipe.transports.telephony.base import (
     NO_INBOUND,
     AudioFormat,
-    Digit,
     Encoding,
     Ignored,
-    KeyInfo,
+    KeyMessage,
+    MediaMessage,
     Numeral,
     Played,
     Provider,
     ProviderEvent,
     Refused,
     Started,
-    TrackMedia,
     WireMessage,
     b64,
     compact,
     messages_of,
-    track_audio,
+    shared_event,
 )
 
 CONTENT_TYPES = {"audio/x-mulaw": Encoding.MULAW, "audio/x-l16": Encoding.PCM16LE}
@@ -77,14 +76,12 @@ class _StreamMessage(WireMessage):
     streamId: PrintableId
 
 
-class Media(_StreamMessage):
-    event: Literal["media"]
-    media: TrackMedia
+class Media(_StreamMessage, MediaMessage):
+    pass
 
 
-class Dtmf(_StreamMessage):
-    event: Literal["dtmf"]
-    dtmf: KeyInfo
+class Dtmf(_StreamMessage, KeyMessage):
+    pass
 
 
 class PlayedStream(_StreamMessage):
@@ -123,10 +120,8 @@ class Plivo(Provider):
             )
         assert isinstance(message, _StreamMessage)
         sid = message.streamId
-        if isinstance(message, Media):
-            return track_audio(sid, message.media)
-        if isinstance(message, Dtmf):
-            return Digit(sid, message.dtmf.digit)
+        if (shared := shared_event(sid, message)) is not None:
+            return shared
         if isinstance(message, PlayedStream):
             return Played(sid, message.name)
         return Ignored(sid, "Plivo's buffer is cleared")

@@ -21,23 +21,21 @@ from voxpipe.observability.logs import PrintableId
 from voxpipe.transports import telnyx_rest
 from voxpipe.transports.telephony.base import (
     AudioFormat,
-    Digit,
     Encoding,
     Ignored,
-    KeyInfo,
-    MarkInfo,
+    KeyMessage,
+    MarkMessage,
     MediaMarkClear,
+    MediaMessage,
     Numeral,
-    Played,
     ProviderError,
     ProviderEvent,
     Refused,
     Started,
     Stopped,
-    TrackMedia,
     WireMessage,
     messages_of,
-    track_audio,
+    shared_event,
 )
 
 ENCODINGS = {"PCMU": Encoding.MULAW, "PCMA": Encoding.ALAW, "L16": Encoding.PCM16BE}
@@ -71,19 +69,16 @@ class Start(_StreamMessage):
     start: StartInfo
 
 
-class Media(_StreamMessage):
-    event: Literal["media"]
-    media: TrackMedia
+class Media(_StreamMessage, MediaMessage):
+    pass
 
 
-class Mark(_StreamMessage):
-    event: Literal["mark"]
-    mark: MarkInfo
+class Mark(_StreamMessage, MarkMessage):
+    pass
 
 
-class Dtmf(_StreamMessage):
-    event: Literal["dtmf"]
-    dtmf: KeyInfo
+class Dtmf(_StreamMessage, KeyMessage):
+    pass
 
 
 class ErrorInfo(WireMessage):
@@ -124,12 +119,8 @@ class Telnyx(MediaMarkClear):
                 caller=info.from_,
                 about=f"Telnyx {info.media_format.encoding}",
             )
-        if isinstance(message, Media):
-            return track_audio(sid, message.media)
-        if isinstance(message, Mark):
-            return Played(sid, message.mark.name)
-        if isinstance(message, Dtmf):
-            return Digit(sid, message.dtmf.digit)
+        if (shared := shared_event(sid, message)) is not None:
+            return shared
         if isinstance(message, Error):
             error = message.payload
             return ProviderError(sid, f"error {error.code}: {error.title}: {error.detail}")

@@ -23,18 +23,20 @@ from voxpipe.transports import twilio_rest
 from voxpipe.transports.telephony.base import (
     MULAW_8K,
     NO_INBOUND,
-    Digit,
     Ignored,
-    MarkInfo,
+    KeyInfo,
+    KeyMessage,
+    MarkMessage,
     MediaMarkClear,
-    Played,
+    MediaMessage,
     ProviderEvent,
     Refused,
     Started,
     Stopped,
+    TrackMedia,
     WireMessage,
     messages_of,
-    track_audio,
+    shared_event,
 )
 
 _DIGITS = r"^[0-9]{1,20}$"
@@ -83,30 +85,24 @@ class Start(_StreamMessage):
     start: StartInfo
 
 
-class MediaInfo(WireMessage):
-    track: Literal["inbound", "outbound"]
-    chunk: str = Field(pattern=_DIGITS)
+class MediaInfo(TrackMedia):
+    chunk: str = Field(pattern=_DIGITS)  # Twilio's counters are strings: a number is refused
     timestamp: str = Field(pattern=_DIGITS)
-    payload: str = Field(min_length=1)
 
 
-class Media(_StreamMessage):
-    event: Literal["media"]
+class Media(_StreamMessage, MediaMessage):
     media: MediaInfo
 
 
-class Mark(_StreamMessage):
-    event: Literal["mark"]
-    mark: MarkInfo
+class Mark(_StreamMessage, MarkMessage):
+    pass
 
 
-class DtmfInfo(WireMessage):
+class DtmfInfo(KeyInfo):
     track: str = Field(max_length=32)
-    digit: str = Field(pattern=r"^[0-9*#A-D]$")
 
 
-class Dtmf(_StreamMessage):
-    event: Literal["dtmf"]
+class Dtmf(_StreamMessage, KeyMessage):
     dtmf: DtmfInfo
 
 
@@ -135,12 +131,8 @@ class Twilio(MediaMarkClear):
             return self._start(message)
         assert isinstance(message, _StreamMessage)
         sid = message.streamSid
-        if isinstance(message, Media):
-            return track_audio(sid, message.media)
-        if isinstance(message, Mark):
-            return Played(sid, message.mark.name)
-        if isinstance(message, Dtmf):
-            return Digit(sid, message.dtmf.digit)
+        if (shared := shared_event(sid, message)) is not None:
+            return shared
         assert isinstance(message, Stop)
         return Stopped(sid, "Twilio sent stop: the call hung up")
 
