@@ -21,7 +21,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, get_type_hints, overload
+from typing import Any, Unpack, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -33,6 +33,7 @@ from voxpipe.agent.tools import (
     DEFAULT_TIMEOUT_PHRASE,
     DEFAULT_TIMEOUT_S,
     InvalidArguments,
+    PolicyOptions,
     Tool,
     ToolDefinitionError,
     ToolEffect,
@@ -185,21 +186,14 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    phrase: str = DEFAULT_PHRASE,
-    timeout_phrase: str = DEFAULT_TIMEOUT_PHRASE,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     effect: ToolEffect | str = ToolEffect.MUTATING,
-    idempotent: bool = False,
-    says: str = "",
-    confirm: bool | str | Callable[[dict[str, Any]], str] = False,
+    **options: Unpack[PolicyOptions],
 ) -> PythonTool | Callable[[Callable[..., Any]], PythonTool]:
     """Make a function a tool: ``@tool`` or ``@tool(effect="read_only", phrase="...")``.
 
     Mutating and not idempotent unless it says otherwise (``tools.py`` explains why).
     """
-    policy = ToolPolicy(
-        timeout_s, phrase, timeout_phrase, ToolEffect(effect), idempotent, says, confirm
-    )
+    policy = ToolPolicy(effect=ToolEffect(effect), **options)
 
     def decorate(function: Callable[..., Any]) -> PythonTool:
         return python_tool(function, name=name, description=description, policy=policy)

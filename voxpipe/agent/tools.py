@@ -27,7 +27,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import JsonValue
 
@@ -134,6 +134,19 @@ class ToolPolicy:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ToolDefinitionError(f"timeout_s must be positive, not {self.timeout_s}")
+
+
+class PolicyOptions(TypedDict, total=False):
+    """A ``ToolPolicy``'s fields as keywords, for the decorator that passes them on
+    (``python_tools.tool``), which takes ``effect`` as a string too."""
+
+    timeout_s: float
+    phrase: str
+    timeout_phrase: str
+    idempotent: bool
+    says: str
+    confirm: bool | str | Callable[[dict[str, Any]], str]
+    only_if_caller_said: Callable[[str], bool] | None
 
 
 class Tool(ABC):

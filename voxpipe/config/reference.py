@@ -30,7 +30,7 @@ def markdown_reference() -> str:
         lines += ["", "## Top level", "", "Fields outside any section (`VOXPIPE_<FIELD>`).", ""]
         lines += ["| field | default | meaning |", "| --- | --- | --- |"]
         for name, info in top.items():
-            meaning = (info.description or "").replace("|", "\\|")
+            meaning = " ".join((info.description or "").split()).replace("|", "\\|")
             lines.append(f"| `{name}` | `{info.get_default()}` | {meaning} |")
     for section, field_info in Config.model_fields.items():
         model = field_info.annotation
@@ -45,7 +45,7 @@ def markdown_reference() -> str:
                 default = "(a short voice-assistant prompt)"
             if isinstance(default, Path) and name == "cache_dir":
                 default = "$XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe"
-            meaning = (info.description or "").replace("|", "\\|")
+            meaning = " ".join((info.description or "").split()).replace("|", "\\|")
             lines.append(f"| `{name}` | `{default}` | {meaning} |")
     return "\n".join(lines + _engines_table()) + "\n"
 

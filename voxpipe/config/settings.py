@@ -32,7 +32,10 @@ class Config(BaseSettings):
 
     # Errors name the field and the rule, never the value: it may be a key or a secret.
     model_config = SettingsConfigDict(
-        env_prefix="VOXPIPE_", env_nested_delimiter="__", hide_input_in_errors=True
+        env_prefix="VOXPIPE_",
+        env_nested_delimiter="__",
+        hide_input_in_errors=True,
+        use_attribute_docstrings=True,
     )
 
     vad: VadConfig = Field(default_factory=VadConfig)
@@ -52,12 +55,10 @@ class Config(BaseSettings):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     telephony: TelephonyConfig = Field(default_factory=TelephonyConfig)
     sip: SipConfig = Field(default_factory=SipConfig)
-    agent: str | None = Field(
-        None,
-        description="The agent to serve: `module:attr`, `path/file.py:attr` or an agent file "
-        "(`.yaml`/`.json`), as `voxpipe serve --agent` takes it (docs/agents.md). "
-        "Default: the plain assistant of `llm.system_prompt`, with no tools.",
-    )
+    agent: str | None = None
+    """The agent to serve: `module:attr`, `path/file.py:attr` or an agent file (`.yaml`/`.json`),
+    as `voxpipe serve --agent` takes it (docs/agents.md). Default: the plain assistant of
+    `llm.system_prompt`, with no tools."""
 
     @classmethod
     def load(cls, path: Path | None = None, **overrides: Any) -> Config:

@@ -5,28 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from voxpipe.config.section import Section
 
 
-class StoreConfig(BaseModel):
+class StoreConfig(Section):
     """Where calls, transcripts, per-turn metrics and session state are kept."""
 
-    backend: Literal["sqlite", "redis"] = Field(
-        "sqlite",
-        description="sqlite: one node, a local file. redis: state shared by every worker, so a "
-        "call whose worker died carries on on another (docs/deploy.md).",
-    )
-    path: Path | None = Field(
-        Path("var/voxpipe.sqlite3"),
-        description="SQLite database file (backend sqlite); None = keep nothing.",
-    )
-    redis_url: str = Field(
-        "redis://127.0.0.1:6379/0",
-        description="Redis server (backend redis), redis:// or rediss://.",
-    )
-    key_prefix: str = Field("voxpipe:", description="Prefix of every Redis key voxpipe writes.")
-    ttl_s: int = Field(
-        7 * 86400,
-        ge=60,
-        description="Redis keys of a call expire this long after its last write.",
-    )
+    backend: Literal["sqlite", "redis"] = "sqlite"
+    """sqlite: one node, a local file. redis: state shared by every worker, so a call whose worker
+    died carries on on another (docs/deploy.md)."""
+
+    path: Path | None = Path("var/voxpipe.sqlite3")
+    """SQLite database file (backend sqlite); None = keep nothing."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis server (backend redis), redis:// or rediss://."""
+
+    key_prefix: str = "voxpipe:"
+    """Prefix of every Redis key voxpipe writes."""
+
+    ttl_s: int = Field(7 * 86400, ge=60)
+    """Redis keys of a call expire this long after its last write."""

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import Field, SecretStr
 
-
-def _account(description: str) -> Any:
-    """A provider account's setting that its REST calls need: unset (None) until given."""
-    return Field(None, description=description)
+from voxpipe.config.section import Section
 
 
 def _caller_number(provider: str, also: str = "") -> Any:
@@ -23,68 +20,67 @@ def _caller_number(provider: str, also: str = "") -> Any:
     return Field(None, description=f"The {provider} number outbound calls come from{also} (E.164).")
 
 
-class TelephonyConfig(BaseModel):
+class TelephonyConfig(Section):
     """The providers' call-control APIs, for a transfer and an outbound call: a call is
     answered and ended over the media stream itself (docs/telephony.md). A provider's
     account setting left unset (None) fails only the transfers and outbound calls that need
     it, with an error naming it; the call goes on."""
 
-    twilio_api_base: str = Field(
-        "https://api.twilio.com",
-        description="Twilio's REST API. A transfer updates the live call (POST "
-        "/2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json) with <Dial> TwiML.",
-    )
-    twilio_auth_token: SecretStr | None = _account(
-        "The Twilio account's auth token (the account SID comes from the stream's start)."
-    )
-    twilio_account_sid: str | None = _account(
-        "The Twilio account that places outbound calls (POST /v1/calls); a transfer uses the "
-        "stream's own."
-    )
+    twilio_api_base: str = "https://api.twilio.com"
+    """Twilio's REST API. A transfer updates the live call (POST
+    /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json) with <Dial> TwiML."""
+
+    twilio_auth_token: SecretStr | None = None
+    """The Twilio account's auth token (the account SID comes from the stream's start)."""
+
+    twilio_account_sid: str | None = None
+    """The Twilio account that places outbound calls (POST /v1/calls); a transfer uses the stream's
+    own."""
+
     twilio_from: str | None = _caller_number("Twilio")
-    telnyx_api_base: str = Field(
-        "https://api.telnyx.com",
-        description="Telnyx's Call Control API. A transfer is POST "
-        "/v2/calls/{call_control_id}/actions/transfer; an outbound call POST /v2/calls.",
-    )
-    telnyx_api_key: SecretStr | None = _account("A Telnyx API key (sent as a Bearer token).")
-    telnyx_connection_id: str | None = _account(
-        "The Call Control application (connection) Telnyx outbound calls are placed from."
-    )
+
+    telnyx_api_base: str = "https://api.telnyx.com"
+    """Telnyx's Call Control API. A transfer is POST /v2/calls/{call_control_id}/actions/transfer;
+    an outbound call POST /v2/calls."""
+
+    telnyx_api_key: SecretStr | None = None
+    """A Telnyx API key (sent as a Bearer token)."""
+
+    telnyx_connection_id: str | None = None
+    """The Call Control application (connection) Telnyx outbound calls are placed from."""
+
     telnyx_from: str | None = _caller_number("Telnyx")
-    plivo_api_base: str = Field(
-        "https://api.plivo.com",
-        description="Plivo's Voice API. A transfer is POST /v1/Account/{auth_id}/Call/"
-        "{call_uuid}/ with an aleg_url this server answers with <Dial> XML; an outbound call "
-        "POST /v1/Account/{auth_id}/Call/ with an answer_url answered with <Stream> XML.",
-    )
-    plivo_auth_id: str | None = _account(
-        "The Plivo account's Auth ID (HTTP basic auth user, and in the path)."
-    )
-    plivo_auth_token: SecretStr | None = _account(
-        "The Plivo account's Auth Token (HTTP basic auth password); it also signs the XML URLs "
-        "this server gives Plivo (/v1/plivo/xml), so only they are answered."
-    )
+
+    plivo_api_base: str = "https://api.plivo.com"
+    """Plivo's Voice API. A transfer is POST /v1/Account/{auth_id}/Call/{call_uuid}/ with an
+    aleg_url this server answers with <Dial> XML; an outbound call POST
+    /v1/Account/{auth_id}/Call/ with an answer_url answered with <Stream> XML."""
+
+    plivo_auth_id: str | None = None
+    """The Plivo account's Auth ID (HTTP basic auth user, and in the path)."""
+
+    plivo_auth_token: SecretStr | None = None
+    """The Plivo account's Auth Token (HTTP basic auth password); it also signs the XML URLs this
+    server gives Plivo (/v1/plivo/xml), so only they are answered."""
+
     plivo_from: str | None = _caller_number("Plivo")
-    vonage_api_base: str = Field(
-        "https://api.nexmo.com",
-        description="Vonage's Voice API. A transfer is PUT /v1/calls/{uuid} with an NCCO "
-        "connect; an outbound call POST /v1/calls with an NCCO connect to the WebSocket.",
-    )
-    vonage_application_id: str | None = _account(
-        "The Vonage application whose private key signs each request's JWT (RS256, claim "
-        "application_id)."
-    )
-    vonage_private_key: SecretStr | None = _account(
-        "That application's private key, PEM text (-----BEGIN PRIVATE KEY-----...)."
-    )
+
+    vonage_api_base: str = "https://api.nexmo.com"
+    """Vonage's Voice API. A transfer is PUT /v1/calls/{uuid} with an NCCO connect; an outbound
+    call POST /v1/calls with an NCCO connect to the WebSocket."""
+
+    vonage_application_id: str | None = None
+    """The Vonage application whose private key signs each request's JWT (RS256, claim
+    application_id)."""
+
+    vonage_private_key: SecretStr | None = None
+    """That application's private key, PEM text (-----BEGIN PRIVATE KEY-----...)."""
+
     vonage_from: str | None = _caller_number("Vonage", ", and a transferred call is presented from")
-    public_url: str | None = Field(
-        None,
-        description="Where the providers reach this server (wss://voice.example.com): an "
-        "outbound call streams to {public_url}/v1/<provider>; Plivo fetches its XML from "
-        "the same host over https.",
-    )
-    rest_timeout_s: float = Field(
-        5.0, gt=0, le=60, description="Longest wait for a provider's REST API."
-    )
+
+    public_url: str | None = None
+    """Where the providers reach this server (wss://voice.example.com): an outbound call streams to
+    {public_url}/v1/<provider>; Plivo fetches its XML from the same host over https."""
+
+    rest_timeout_s: float = Field(5.0, gt=0, le=60)
+    """Longest wait for a provider's REST API."""

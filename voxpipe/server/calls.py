@@ -9,14 +9,12 @@ turns one slow call into many.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from voxpipe.conversation.events import ErrorCode
 from voxpipe.conversation.resume import Detached
 from voxpipe.conversation.session import Session
 from voxpipe.observability.metrics import Metrics
-from voxpipe.transports.call import Call, CallEnd, CloseCode
+from voxpipe.transports.call import Call, CallEnd, CloseCode, ExpireSession
 
 
 class CallRegistry:
@@ -74,11 +72,7 @@ class CallRegistry:
     # -- sessions waiting for a reconnect --------------------------------------
 
     def detach(
-        self,
-        session: Session,
-        state: object,
-        grace_s: float,
-        on_expire: Callable[[Session], Coroutine[Any, Any, None]],
+        self, session: Session, state: object, grace_s: float, on_expire: ExpireSession
     ) -> None:
         loop = asyncio.get_running_loop()
         entry = Detached(session, state)

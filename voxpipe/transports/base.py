@@ -25,11 +25,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from prometheus_client import Counter
 from pydantic import ValidationError
 from starlette.types import Message
 from starlette.websockets import WebSocket
 
-from voxpipe.conversation.events import ErrorCode
+from voxpipe.conversation.events import (
+    AudioDropped,
+    CallEnded,
+    CallTransfer,
+    ErrorCode,
+    ErrorEvent,
+    Event,
+    PlaybackClear,
+    PlaybackFlush,
+)
 from voxpipe.transports.call import Call, CallEnd, CloseCode
 
 log = logging.getLogger("voxpipe.transport")
@@ -56,6 +66,47 @@ class Transport(Protocol):
     async def serve(self, ws: WebSocket, call: Call) -> None:
         """Run one accepted connection until it ends; ``call.attach`` each session it makes."""
         ...
+
+
+class PhoneLine(Protocol):
+    """A call whose wire has no channel for events (a provider's media stream, a SIP call):
+    what the session says is done to the line instead (:func:`act_on_line`)."""
+
+    def clear_playback(self) -> None:
+        """Drop the reply audio the far end holds and has not played (a barge-in)."""
+        ...
+
+    async def end_call(self, reason: str) -> None:
+        """End the call: the agent's goodbye has been sent."""
+        ...
+
+    async def transfer(self, target: str) -> None:
+        """Put the caller through to ``target``: what the agent said first has been sent."""
+        ...
+
+    def warn(self, error: ErrorEvent) -> None:
+        """Log an error that no client can be told of."""
+        ...
+
+
+async def act_on_line(line: PhoneLine, event: Event, errors: Counter) -> bool:
+    """Do to a phone line what a session event asks; False: the event means nothing there.
+    Errors and dropped audio are counted here, since no client hears of them (the session
+    logs dropped audio once per episode)."""
+    if isinstance(event, PlaybackClear | PlaybackFlush):
+        line.clear_playback()
+    elif isinstance(event, CallEnded):
+        await line.end_call(event.reason)
+    elif isinstance(event, CallTransfer):
+        await line.transfer(event.target)
+    elif isinstance(event, AudioDropped):  # an error event the session logs once an episode
+        errors.labels(event.code).inc()
+    elif isinstance(event, ErrorEvent):
+        errors.labels(event.code).inc()
+        line.warn(event)
+    else:
+        return False
+    return True
 
 
 class SocketConnection:

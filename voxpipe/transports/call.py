@@ -51,17 +51,17 @@ class CallEnd:
     close_code: CloseCode
 
 
+ExpireSession = Callable[[Session], Coroutine[Any, Any, None]]
+"""What closes a session kept for a reconnect that did not come in time."""
+
+
 class LiveSessions(ResumableSessions, Protocol):
     """The server's live calls (``server.calls.CallRegistry``), as far as a transport may
     reach into them: who owns a session id, keep a session for a reconnect, and what the
     resume policy asks (``conversation/resume.py``: find, replace, take back)."""
 
     def detach(
-        self,
-        session: Session,
-        state: object,
-        grace_s: float,
-        on_expire: Callable[[Session], Coroutine[Any, Any, None]],
+        self, session: Session, state: object, grace_s: float, on_expire: ExpireSession
     ) -> None:
         """Keep ``session`` (and the transport's ``state``) for ``grace_s`` seconds; after
         that, ``on_expire`` closes it."""

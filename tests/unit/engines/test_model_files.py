@@ -38,9 +38,8 @@ def parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         path.write_bytes(chunk)
         paths.append(path)
     fake = ChunkedGguf(
-        "fake.gguf", hashlib.sha256(WHOLE).hexdigest(), len(CHUNKS), "fake-part{i}",
-        "fake_part{i}", "data/part{i:02d}.bin", "1.0",
-    )  # fmt: skip
+        "fake.gguf", hashlib.sha256(WHOLE).hexdigest(), len(CHUNKS), "fake-part{i}", "1.0"
+    )
     monkeypatch.setitem(LLM_FILES, FAKE, fake)
     monkeypatch.setattr(model_files, "_part_path", lambda model, index: paths[index - 1])
     return paths

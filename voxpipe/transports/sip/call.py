@@ -25,18 +25,15 @@ import socket
 from collections.abc import Callable
 
 from voxpipe.conversation.events import (
-    AudioDropped,
     AudioOut,
-    CallEnded,
-    CallTransfer,
     ErrorCode,
     ErrorEvent,
     Event,
-    PlaybackClear,
 )
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.saved_state import new_session_id
 from voxpipe.conversation.session import Session
+from voxpipe.transports.base import act_on_line
 from voxpipe.transports.call import Call, Rates, SessionSinks
 from voxpipe.transports.sip.dialog import NEXT, CallState, Dialog
 from voxpipe.transports.sip.media import RtpMedia
@@ -351,18 +348,21 @@ class SipCall:
     # -- the session's output -----------------------------------------------------
 
     async def send_event(self, event: Event) -> None:
-        if isinstance(event, PlaybackClear):
-            self.media.reply.clear()
-        elif isinstance(event, CallEnded):  # the goodbye has gone out: hang up
-            log.info("sip call %s: %s", self.call_id, event.reason)
-            self._hang_up_ours(f"(end_call: {event.reason})")
-        elif isinstance(event, CallTransfer):  # what the agent said first has been sent
-            self._spawn(self._transfer(event.target), "transfer")
-        elif isinstance(event, AudioDropped):
-            self.metrics.errors.labels(event.code).inc()
-        elif isinstance(event, ErrorEvent):
-            self.metrics.errors.labels(event.code).inc()
-            log.warning("sip call %s: %s: %s", self.call_id, event.code, event.message)
+        await act_on_line(self, event, self.metrics.errors)
+
+    def clear_playback(self) -> None:
+        self.media.reply.clear()
+
+    async def end_call(self, reason: str) -> None:
+        log.info("sip call %s: %s", self.call_id, reason)
+        self._hang_up_ours(f"(end_call: {reason})")
+
+    async def transfer(self, target: str) -> None:
+        """The REFER's answer and the new call's NOTIFY take seconds: the session goes on."""
+        self._spawn(self._transfer(target), "transfer")
+
+    def warn(self, error: ErrorEvent) -> None:
+        log.warning("sip call %s: %s: %s", self.call_id, error.code, error.message)
 
     async def send_audio(self, frame: AudioOut) -> None:
         self.media.reply.push(frame.seq, frame.pcm)

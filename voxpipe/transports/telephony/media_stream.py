@@ -34,21 +34,17 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.conversation import ownership
 from voxpipe.conversation.events import (
-    AudioDropped,
     AudioOut,
-    CallEnded,
-    CallTransfer,
     ErrorCode,
     ErrorEvent,
     Event,
-    PlaybackClear,
-    PlaybackFlush,
 )
 from voxpipe.conversation.hang_up import hang_up
 from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
     SocketConnection,
     Undecodable,
+    act_on_line,
     call_send_buffer,
     close_reason,
     decode_json,
@@ -303,7 +299,7 @@ class MediaStream(SocketConnection):
         self.log.info("%s stream %s: DTMF %s", *self._who(), digit)
         await session.keypad.pressed(digit)
 
-    async def _transfer(self, target: str) -> None:
+    async def transfer(self, target: str) -> None:
         """The provider puts the call through (which ends this stream); if it cannot, the
         call goes on here, and the error is logged and counted."""
         assert self.stream is not None
@@ -318,21 +314,16 @@ class MediaStream(SocketConnection):
     # -- sending ------------------------------------------------------------
 
     async def send_event(self, event: Event) -> None:
-        if isinstance(event, PlaybackClear | PlaybackFlush):  # the provider's clear, both
-            self._clear()
-        elif isinstance(event, CallEnded):  # the stream ends; so does the call (docs/telephony.md)
-            self.log.info("%s stream %s: %s", *self._who(), event.reason)
-            await self._close(CloseCode.NORMAL)
-        elif isinstance(event, CallTransfer):
-            await self._transfer(event.target)
-        elif isinstance(event, AudioDropped):
-            # No error channel: counted here, logged once per episode by the session.
-            self.services.metrics.errors.labels(event.code).inc()
-        elif isinstance(event, ErrorEvent):
-            self.services.metrics.errors.labels(event.code).inc()
-            self.log.warning("%s stream %s: %s: %s", *self._who(), event.code, event.message)
-        else:
+        if not await act_on_line(self, event, self.services.metrics.errors):
             self.log.debug("%s stream %s: %s", *self._who(), event.type)
+
+    async def end_call(self, reason: str) -> None:
+        """The stream ends; so does the call (docs/telephony.md)."""
+        self.log.info("%s stream %s: %s", *self._who(), reason)
+        await self._close(CloseCode.NORMAL)
+
+    def warn(self, error: ErrorEvent) -> None:
+        self.log.warning("%s stream %s: %s: %s", *self._who(), error.code, error.message)
 
     async def send_audio(self, frame: AudioOut) -> None:
         assert self.stream is not None and self.stream.audio is not None
@@ -348,10 +339,10 @@ class MediaStream(SocketConnection):
         self._unplayed.append(frame.seq)
         self._cleared_last = False
 
-    def _clear(self) -> None:
-        """Barge-in: the provider drops its buffered audio; the marks in it were not heard.
-        One clear a barge-in: none again while nothing was sent since the last (the
-        interruption after a pause's flush)."""
+    def clear_playback(self) -> None:
+        """Barge-in (a clear or a flush): the provider drops its buffered audio; the marks in
+        it were not heard. One clear a barge-in: none again while nothing was sent since the
+        last (the interruption after a pause's flush)."""
         if self.stream is None or self._cleared_last:
             return
         self._cleared_last = True
