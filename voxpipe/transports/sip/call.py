@@ -88,6 +88,7 @@ class SipCall:
         self.call = call
         self.dialog = dialog
         self.heard = CallerMedia(self)
+        self.output = SessionOutput(self)
         self.media = RtpMedia(
             rtp_socket, chosen, self.heard, config.sip.jitter_packets, config.audio.max_frame_ms
         )
@@ -220,7 +221,7 @@ class SipCall:
         """The session (the other party's URI is its caller, as tools see it) and the RTP."""
         self.session = self.call.open_session(
             new_session_id(),
-            SessionSinks(self.send_event, self.send_audio),
+            SessionSinks(self.output.send_event, self.output.send_audio),
             Rates.both(self.media.codec.pcm_rate),
             instructions=self.instructions,
             caller=_caller_uri(other_party),
@@ -345,28 +346,6 @@ class SipCall:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- the session's output -----------------------------------------------------
-
-    async def send_event(self, event: Event) -> None:
-        await act_on_line(self, event, self.metrics.errors)
-
-    def clear_playback(self) -> None:
-        self.media.reply.clear()
-
-    async def end_call(self, reason: str) -> None:
-        log.info("sip call %s: %s", self.call_id, reason)
-        self._hang_up_ours(f"(end_call: {reason})")
-
-    async def transfer(self, target: str) -> None:
-        """The REFER's answer and the new call's NOTIFY take seconds: the session goes on."""
-        self._spawn(self._transfer(target), "transfer")
-
-    def warn(self, error: ErrorEvent) -> None:
-        log.warning("sip call %s: %s: %s", self.call_id, error.code, error.message)
-
-    async def send_audio(self, frame: AudioOut) -> None:
-        self.media.reply.push(frame.seq, frame.pcm)
-
 
 class CallerMedia:
     """What the call's RTP (:class:`~voxpipe.transports.sip.media.RtpMedia`, whose listener
@@ -404,6 +383,34 @@ class CallerMedia:
             self.call.metrics.dtmf.labels(digit).inc()
             log.info("sip call %s: DTMF %s", self.call.call_id, digit)
             await session.keypad.pressed(digit)
+
+
+class SessionOutput:
+    """What the call's session sends it: reply audio to the RTP, and its events done to the
+    dialog (a :class:`~voxpipe.transports.base.PhoneLine`: SIP has no channel for them)."""
+
+    def __init__(self, call: SipCall) -> None:
+        self.call = call
+
+    async def send_event(self, event: Event) -> None:
+        await act_on_line(self, event, self.call.metrics.errors)
+
+    async def send_audio(self, frame: AudioOut) -> None:
+        self.call.media.reply.push(frame.seq, frame.pcm)
+
+    def clear_playback(self) -> None:
+        self.call.media.reply.clear()
+
+    async def end_call(self, reason: str) -> None:
+        log.info("sip call %s: %s", self.call.call_id, reason)
+        self.call._hang_up_ours(f"(end_call: {reason})")
+
+    async def transfer(self, target: str) -> None:
+        """The REFER's answer and the new call's NOTIFY take seconds: the session goes on."""
+        self.call._spawn(self.call._transfer(target), "transfer")
+
+    def warn(self, error: ErrorEvent) -> None:
+        log.warning("sip call %s: %s: %s", self.call.call_id, error.code, error.message)
 
 
 def _caller_uri(from_value: str) -> str | None:

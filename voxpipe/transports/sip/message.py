@@ -130,6 +130,9 @@ class CSeq:
 
 @dataclass(frozen=True)
 class SipMessage:
+    """A request or a response as parsed: the headers that the dialog and the transactions
+    both read (Call-ID, CSeq, the tags, the branch) are read here, one way for all."""
+
     headers: Headers
     body: bytes
 

@@ -27,6 +27,9 @@ class BadPacket(ValueError):
 
 @dataclass(frozen=True)
 class RtpPacket:
+    """The fixed header's fields that a call uses (RFC 3550, 5.1), and the payload without
+    the CSRCs, the extension or the padding."""
+
     payload_type: int
     sequence: int
     timestamp: int
