@@ -231,6 +231,7 @@ class FinishedReply(Protocol):
     user_message: ChatMessage | None
     continues: int
     repeats: int
+    answers_unanswered: bool  # it answers the turn before, whose reply had no word yet
     tracker: PlaybackTracker
 
     @property
@@ -283,7 +284,8 @@ class TurnHistory:
         else:
             if user is None and any(ch.isalnum() for ch in reply.transcript):
                 user = self._history.add_user(reply.transcript)
-            if reply.answer_text and (user is not None or reply.audio is None):
+            answers = user is not None or reply.audio is None or reply.answers_unanswered
+            if reply.answer_text and answers:
                 assistant = self._history.add_assistant(reply.answer_text)
         self._finished.remember(reply.turn_id, TurnMessages(user, assistant, reply.tracker))
         self._answered.answered(reply.turn_id)  # a restore resends no audio of it

@@ -96,6 +96,8 @@ class Reply:
     resumes: Reply | None = None
     continues: int = 0  # it does: that reply's turn id (its message gets these words too)
     repeats: int = 0  # ... saying again this many of the words heard (the cut sentence's)
+    # It does not: that reply had no word yet, so this one answers its turn, words or none.
+    answers_unanswered: bool = False
 
     def __post_init__(self) -> None:
         self.tracker = PlaybackTracker(self.ctx.output_rate)
@@ -243,7 +245,7 @@ class Reply:
             if self.cancel.cancelled:  # discarded or interrupted meanwhile: no LLM, no TTS
                 self._outcome.ran_out(cancelled=True)
                 return
-            if not any(ch.isalnum() for ch in self.transcript):
+            if not any(ch.isalnum() for ch in self.transcript) and not self.answers_unanswered:
                 self._outcome.move(ReplyStatus.EMPTY, "no words in the transcript")
                 return
             if not self.respond:  # the client commits turns and asks for replies itself
@@ -283,6 +285,11 @@ class Reply:
             return None
         if interrupted.status is not ReplyStatus.INTERRUPTED or interrupted.heard_text is None:
             return None  # finished before the barge-in landed, or cancelled by the client
+        if not interrupted.meant.strip():
+            # Not a word of it written yet: the caller was still talking after a pause, or
+            # made a sound, not listening to a reply. The turn it cut short is this turn's.
+            self.answers_unanswered = True
+            return None
         if not no_turn(
             self.transcript,
             interrupted.meant,

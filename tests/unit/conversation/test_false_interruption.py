@@ -200,3 +200,30 @@ async def test_a_backchannel_in_two_parts_still_resumes_the_reply(
     assert [role for role, _ in history] == ["user", "assistant"]
     assert history[1][1].split() == "".join(sentences(30)).split()
     assert call.session.counts["false_interruptions"] == 2
+
+
+@pytest.mark.parametrize("overlap", ["Right.", ""])
+async def test_speech_before_the_reply_has_a_word_is_answered(
+    make_call: Callable[..., Call], overlap: str
+) -> None:
+    """The caller goes on after a pause ("Front, ... right.", or a cough) while the reply to
+    the first part has not written a word: there is nothing to resume, so the caller's turn
+    is answered, never left in silence."""
+    llm = FakeLlm(["Front, noted."], ["Front right, noted."], delay_s=0.3)
+    call = make_call(stt=FakeStt("front", overlap), llm=llm, tts=FakeTts(delay_s=0.005))
+    await call.say()
+    await call.until(lambda: len(llm.calls) == 1)
+    await call.push(speech(12))  # 384 ms: an interruption, before the reply's first token
+    await call.until(lambda: call.done(1) is not None)
+    await call.push(silence(30))
+    await call.until(lambda: call.done(2) is not None, within_s=3)
+    await call.idle()
+
+    first, second = call.done(1), call.done(2)
+    assert first is not None and first.status == "interrupted" and not first.text
+    assert second is not None and second.status == "completed"
+    assert second.text == "Front right, noted."
+    assert len(llm.calls) == 2
+    assert call.session.counts["false_interruptions"] == 0
+    said = [(m.role, m.content) for m in call.session.history.turns]
+    assert said[0] == ("user", "front") and said[-1] == ("assistant", "Front right, noted.")
