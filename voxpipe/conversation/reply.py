@@ -281,14 +281,17 @@ class Reply:
         was only a sound or an acknowledgement (``overlap_words``); None: it is a turn."""
         interrupted, self.resumes = self.resumes, None
         turn = self.ctx.services.config.turn
-        if interrupted is None or not self.respond or not turn.resume_false_interruptions:
+        if interrupted is None or not self.respond:
             return None
         if interrupted.status is not ReplyStatus.INTERRUPTED or interrupted.heard_text is None:
             return None  # finished before the barge-in landed, or cancelled by the client
         if not interrupted.meant.strip():
             # Not a word of it written yet: the caller was still talking after a pause, or
-            # made a sound, not listening to a reply. The turn it cut short is this turn's.
+            # made a sound, not listening to a reply. The turn it cut short is this turn's,
+            # whether false interruptions resume or not.
             self.answers_unanswered = True
+            return None
+        if not turn.resume_false_interruptions:
             return None
         if not no_turn(
             self.transcript,

@@ -202,15 +202,21 @@ async def test_a_backchannel_in_two_parts_still_resumes_the_reply(
     assert call.session.counts["false_interruptions"] == 2
 
 
+@pytest.mark.parametrize("resume", [True, False])
 @pytest.mark.parametrize("overlap", ["Right.", ""])
 async def test_speech_before_the_reply_has_a_word_is_answered(
-    make_call: Callable[..., Call], overlap: str
+    make_call: Callable[..., Call], overlap: str, resume: bool
 ) -> None:
     """The caller goes on after a pause ("Front, ... right.", or a cough) while the reply to
     the first part has not written a word: there is nothing to resume, so the caller's turn
-    is answered, never left in silence."""
+    is answered, never left in silence, whether false interruptions resume or not."""
     llm = FakeLlm(["Front, noted."], ["Front right, noted."], delay_s=0.3)
-    call = make_call(stt=FakeStt("front", overlap), llm=llm, tts=FakeTts(delay_s=0.005))
+    call = make_call(
+        stt=FakeStt("front", overlap),
+        llm=llm,
+        tts=FakeTts(delay_s=0.005),
+        turn={"resume_false_interruptions": resume},
+    )
     await call.say()
     await call.until(lambda: len(llm.calls) == 1)
     await call.push(speech(12))  # 384 ms: an interruption, before the reply's first token
