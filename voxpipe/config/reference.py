@@ -6,6 +6,7 @@ import inspect
 from pathlib import Path
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from voxpipe.config.engine_registry import ENGINES, SECTIONS
 from voxpipe.config.settings import Config
@@ -30,8 +31,7 @@ def markdown_reference() -> str:
         lines += ["", "## Top level", "", "Fields outside any section (`VOXPIPE_<FIELD>`).", ""]
         lines += ["| field | default | meaning |", "| --- | --- | --- |"]
         for name, info in top.items():
-            meaning = " ".join((info.description or "").split()).replace("|", "\\|")
-            lines.append(f"| `{name}` | `{info.get_default()}` | {meaning} |")
+            lines.append(f"| `{name}` | `{info.get_default()}` | {_meaning(info)} |")
     for section, field_info in Config.model_fields.items():
         model = field_info.annotation
         if section in top:
@@ -45,9 +45,13 @@ def markdown_reference() -> str:
                 default = "(a short voice-assistant prompt)"
             if isinstance(default, Path) and name == "cache_dir":
                 default = "$XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe"
-            meaning = " ".join((info.description or "").split()).replace("|", "\\|")
-            lines.append(f"| `{name}` | `{default}` | {meaning} |")
+            lines.append(f"| `{name}` | `{default}` | {_meaning(info)} |")
     return "\n".join(lines + _engines_table()) + "\n"
+
+
+def _meaning(info: FieldInfo) -> str:
+    """A setting's docstring as one table cell: its line breaks folded, its pipes escaped."""
+    return " ".join((info.description or "").split()).replace("|", "\\|")
 
 
 def _engines_table() -> list[str]:

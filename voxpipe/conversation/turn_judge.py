@@ -220,7 +220,7 @@ def _verdict(
     return said, {**check, "verdict": said.value}
 
 
-partials_log = logging.getLogger("voxpipe.partials")  # a logger of its own, as before
+partials_log = logging.getLogger("voxpipe.partials")  # partial transcripts log apart
 
 
 @dataclass
