@@ -10,6 +10,10 @@ A reply in words that states what a tool owns with nothing behind it is stopped 
 server stops it (``llm.hold_claims``, ``conversation/claims.py``): the model is asked again
 for a call, and that call is the outcome's, with the words said before the claim.
 
+A call of a tool that acts with a value the model made up whole (a name the caller never
+said) is asked about instead, as the server's tool round does (``tool_step.py``): the
+outcome has no call, and the question is its reply.
+
 An engine whose ``stream`` takes no ``tools`` yet is asked without them; the run then says
 "tools not supported by this engine" and scores only the plain answers.
 """
@@ -28,6 +32,7 @@ from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from voxpipe.agent import Agent
 from voxpipe.config import Config
 from voxpipe.conversation.claims import ClaimGate, ClaimRules, forced_calls, known_words
+from voxpipe.conversation.confirmation import own_names, question_for, unheard_fields
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
@@ -123,6 +128,7 @@ class EngineRun:
                     self._ask(session, messages, LlmUsage(), outcome, again)
                     outcome.reply = said.strip()
                     self._ground(outcome, agent, heard)
+            self._ask_for_made_up(outcome, agent, heard)
         finally:
             self.llm.forget(session)
         return outcome
@@ -135,6 +141,20 @@ class EngineRun:
         outcome.calls = [CalledTool(c.name, dict(c.arguments)) for c in forced.run]
         if (instead := forced.instead) is not None:
             outcome.reply = f"{outcome.reply} {instead}".strip()
+
+    @staticmethod
+    def _ask_for_made_up(outcome: Outcome, agent: Agent, heard: str) -> None:
+        """As the server's tool round: a call that acts on a value made up whole is not
+        made; the value is asked for."""
+        tools = {t.name: t for t in agent.python_tools}
+        own = own_names(agent.instructions)
+        for call in outcome.calls:
+            tool = tools.get(call.name)
+            if tool is None or tool.spec.read_only or tool.policy.confirm:
+                continue
+            if made_up := unheard_fields(tool, call.arguments, heard, own, whole=True):
+                outcome.calls, outcome.reply = [], question_for(made_up)
+                return
 
     def _ask(
         self,

@@ -3,7 +3,8 @@ seven tonight under the name Smith" (voiced by Piper), the embedded model calls 
 restaurant agent's ``book_table`` (``restaurant_agent.py``) with those details, a row appears
 in its database, and the agent speaks a confirmation; over the native protocol (which shows
 ``tool.started`` and ``tool.finished``) and over Twilio (no protocol change: the turn log
-shows the call).
+shows the call). Asked to book with no name, the agent asks for one instead of booking
+under a name the model made up.
 
 Each test prints its figures (``-s``): from the end of the caller's speech to the tool's
 start, to the tool's phrase or the filler, and to the answer's first audio.
@@ -124,15 +125,33 @@ async def test_a_spoken_booking_calls_the_tool_and_is_confirmed(
     print("\nnative:", json.dumps(figures(record)))
 
 
-async def _turn_record(server: RunningServer, session_id: str) -> dict[str, Any]:
+async def _turn_record(server: RunningServer, session_id: str, turn: int = 1) -> dict[str, Any]:
+    """The turn log's record of the call's ``turn``-th turn, once it is written."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         lines = server.turn_log.read_text().splitlines() if server.turn_log.exists() else []
         turns = [t for t in map(json.loads, lines) if t.get("session_id") == session_id]
-        if turns:
-            return turns[0]
+        if len(turns) >= turn:
+            return turns[turn - 1]
         await asyncio.sleep(0.2)
-    raise AssertionError("no turn record")
+    raise AssertionError(f"no record of turn {turn}")
+
+
+async def _say_and_wait(
+    line: TwilioLine, server: RunningServer, audio: tuple[np.ndarray, int], turn: int
+) -> dict[str, Any]:
+    """Say ``audio`` on the line; the turn's record, once its answer has played out."""
+    said = line.say(*audio)
+    await asyncio.wait_for(said.sent.wait(), 60)
+    record = await _turn_record(server, line.stream_sid, turn)
+    await line.wait_for(line.played_out, 30)
+    return record
+
+
+def assert_asks_for_the_name(record: dict[str, Any]) -> None:
+    """The turn booked nothing and asked for the name it lacked."""
+    assert not record["tools"], record
+    assert "name" in record["reply"].lower(), record["reply"]
 
 
 async def test_a_booking_over_twilio_runs_server_side(
@@ -142,21 +161,50 @@ async def test_a_booking_over_twilio_runs_server_side(
     before = len(bookings(db))
     async with TwilioLine(f"ws://127.0.0.1:{server.port}/v1/twilio") as line:
         await line.connect()
-        said = line.say(*spoken)
-        await asyncio.wait_for(said.sent.wait(), 60)
-        record = await _turn_record(server, line.stream_sid)
-        await line.wait_for(line.played_out, 30)
+        record = await _say_and_wait(line, server, spoken, 1)
+        # Over 8 kHz u-law Whisper tiny hears "Smith", "smit", and now and then nothing
+        # after "the name": then the agent asks for the name rather than book under one of
+        # its own, and the caller gives it.
+        heard = heard_name(record["transcript"])
+        if not heard:
+            assert_asks_for_the_name(record)
+            record = await _say_and_wait(line, server, voiced("Smith."), 2)
+            heard = "".join(re.findall(r"[a-z']+", record["transcript"].lower()))
         await line.hang_up()
 
     (tool,) = record["tools"]
     assert tool["name"] == "book_table" and tool["status"] == "ok", record
     rows = bookings(db)[before:]
-    # Over 8 kHz u-law Whisper tiny sometimes hears "Smit": the booking must carry the
-    # name as the caller was heard, and that name must be Smith's, not an invention.
-    heard = heard_name(record["transcript"])
+    # The booking carries the name as the caller was heard, and that name is Smith's.
     assert heard.startswith("smit"), record["transcript"]
     assert len(rows) == 1 and rows[0][0].lower() == heard and rows[0][1] == 2, (rows, record)
     assert record["status"] == "completed" and record["reply"].strip()
     assert_spoken(record["reply"])
     assert line.of("media"), "the confirmation was spoken"
     print("\ntwilio:", json.dumps(figures(record)))
+
+
+async def test_a_booking_with_no_name_asks_for_one_rather_than_invent_it(
+    restaurant: tuple[RunningServer, Path],
+) -> None:
+    """Asked to book with no name, the 0.5B model fills one in from its instructions'
+    example ("Garcia"): the call does not run, the agent asks, and the name the caller
+    then gives is the booking's."""
+    server, db = restaurant
+    before = len(bookings(db))
+    async with TwilioLine(f"ws://127.0.0.1:{server.port}/v1/twilio") as line:
+        await line.connect()
+        first = await _say_and_wait(
+            line, server, voiced("Book a table for two people at seven tonight."), 1
+        )
+        assert_asks_for_the_name(first)
+        assert bookings(db)[before:] == []
+        second = await _say_and_wait(line, server, voiced("Smith."), 2)
+        await line.hang_up()
+
+    (tool,) = second["tools"]
+    assert tool["name"] == "book_table" and tool["status"] == "ok", second
+    rows = bookings(db)[before:]
+    heard = "".join(re.findall(r"[a-z']+", second["transcript"].lower()))
+    assert len(rows) == 1 and rows[0][0].lower() == heard and rows[0][1] == 2, (rows, second)
+    print("\nasked for the name:", json.dumps({"asked": first["reply"], **figures(second)}))

@@ -17,12 +17,20 @@ run when the model calls it. Instead:
 
 Yes and no are read by rule (:func:`consent_in`), not by the model: "yes, but make it
 eight" is not a yes, and a rule cannot be talked into one.
+
+A tool that changes something but does not ask first still never runs on a value made up
+whole: a free-text argument of which neither the caller nor any tool result of the call
+gave a single word (a booking "under the name Garcia" when the STT lost the name) is
+asked for instead, as in step 1 (:func:`unheard_fields`, ``whole``). Any word of it heard is enough
+there: such a tool's summaries and notes are the model's paraphrase of the caller.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
+import json
 import logging
 import re
 import string
@@ -33,6 +41,7 @@ from typing import Any
 from voxpipe.agent import Tool
 from voxpipe.conversation.history import History
 from voxpipe.engines.base import ToolCallRequest
+from voxpipe.engines.call_grounding import said_words, values_said
 
 log = logging.getLogger("voxpipe.tools")
 
@@ -48,6 +57,11 @@ _NO = {
 _WORD = re.compile(r"[a-z0-9']+")
 SPELLING_MIN_CHARS = 4  # shorter words must match exactly: "ann" is not "dan"
 SPELLING_RATIO = 0.8  # difflib's similarity at which two spellings are one word heard
+_CALENDAR_WORDS = frozenset(
+    "today tonight tomorrow yesterday morning afternoon evening night noon midnight am pm "
+    "monday tuesday wednesday thursday friday saturday sunday week weekend "
+    "january february march april may june july august september october november december".split()
+)  # what a model derives from "tonight" or "next Friday": not a word the caller must say
 _FREE_TEXT_KEYS = ("pattern", "enum", "const", "format")  # a value the schema narrows
 _OWN_NAME = re.compile(
     r"\b(?i:you are|you're|your name is|i am|i'm|my name is|this is|named|called)\s+"
@@ -86,10 +100,12 @@ class PendingAction:
 
 @dataclass(frozen=True)
 class Question:
-    """Values asked for (:func:`question_for`) by turn ``turn_id``; a later turn answers."""
+    """Values asked for (:func:`question_for`) by turn ``turn_id``; a later turn answers.
+    ``call``: the call that lacked them, whose other values the answer's call keeps."""
 
     turn_id: int
     fields: frozenset[str]
+    call: ToolCallRequest | None = None
 
 
 class Confirmation:
@@ -124,9 +140,29 @@ class Confirmation:
         self.pending = None
         return True
 
-    def ask(self, turn_id: int, fields: Iterable[str]) -> None:
-        """Turn ``turn_id`` asked the caller for ``fields``: the next turn answers."""
-        self.question = Question(turn_id, frozenset(fields))
+    def ask(self, turn_id: int, fields: Iterable[str], call: ToolCallRequest | None = None) -> None:
+        """Turn ``turn_id`` asked the caller for ``fields`` (of ``call``): the next turn
+        answers."""
+        self.question = Question(turn_id, frozenset(fields), call)
+
+    def completed(self, turn_id: int, call: ToolCallRequest, said_now: str) -> ToolCallRequest:
+        """``call``, made by turn ``turn_id``, as the answer to a question for its values:
+        the asked values are the new call's, and so is any other the caller said now
+        (``said_now``: "Smith, and make it eight"); the rest are the asked call's. A small
+        model asked again writes the name it was given and loses the party and the time."""
+        asked = self.question
+        if asked is None or asked.call is None or asked.turn_id >= turn_id:
+            return call
+        if asked.call.name != call.name or call.error:
+            return call
+        words = said_words(said_now)
+        arguments = dict(asked.call.arguments)
+        for name, value in call.arguments.items():
+            if name in asked.fields or name not in arguments or values_said({name: value}, words):
+                arguments[name] = value
+        if arguments == dict(call.arguments):
+            return call
+        return dataclasses.replace(call, arguments=arguments, arguments_json=json.dumps(arguments))
 
     def answers(self, turn_id: int, name: str) -> bool:
         """Whether turn ``turn_id`` answers a question for argument ``name``."""
@@ -136,6 +172,11 @@ class Confirmation:
     def caller_words(self) -> str:
         """Everything the caller said in this call that the history still holds."""
         return " ".join(m.content for m in self._history.turns if m.role == "user")
+
+    def backed_words(self) -> str:
+        """What the caller said in this call and what its tools returned: the words a value
+        of a call may come from."""
+        return " ".join(m.content for m in self._history.turns if m.role in ("user", "tool"))
 
     def own_names(self) -> frozenset[str]:
         """The agent's own names, as its instructions in force give them."""
@@ -159,15 +200,20 @@ def own_names(instructions: str) -> frozenset[str]:
 def unheard_fields(
     tool: Tool,
     arguments: Mapping[str, Any],
-    caller_words: str,
+    heard: str,
     own: frozenset[str] = frozenset(),
     answer: str = "",
+    whole: bool = False,
 ) -> list[str]:
     """The free-text string arguments (no pattern, enum or format in the schema) whose
-    words the caller never said: only the model could have written them. A word of the
-    agent's own name (``own``) counts as said only in ``answer``: the caller's words in
-    reply to a question for that argument."""
-    heard = set(_WORD.findall(caller_words.lower()))
+    words were never ``heard``: only the model could have written them. A word of the
+    agent's own name (``own``) counts as heard only in ``answer``: the caller's words in
+    reply to a question for that argument.
+
+    ``whole``: only values made up whole, of which not one word was heard; and only words
+    of letters are judged (a date, a time or a weekday is the model's reading of "tonight"
+    or "at seven", not words to find)."""
+    heard_words = set(_WORD.findall(heard.lower()))
     answered = set(_WORD.findall(answer.lower()))
     properties = tool.spec.parameters.get("properties") or {}
     missing = []
@@ -178,7 +224,10 @@ def unheard_fields(
         if prop.get("type") != "string" or any(k in prop for k in _FREE_TEXT_KEYS):
             continue
         words = _WORD.findall(value.lower())
-        if words and not all(_was_said(w, answered if w in own else heard) for w in words):
+        if whole:
+            words = [w for w in words if w.isalpha() and w not in _CALENDAR_WORDS]
+        said = [_was_said(w, answered if w in own else heard_words) for w in words]
+        if words and not (any(said) if whole else all(said)):
             missing.append(name)
     return missing
 

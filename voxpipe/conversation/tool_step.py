@@ -19,7 +19,9 @@ such phrases).
 
 A call of a tool that asks first (``ToolPolicy.confirm``) is not run when the model makes
 it: the round asks for what the caller never said, or reads the call back and ends the
-reply (ASK); the caller's yes in the next turn runs it (``confirmation.py``).
+reply (ASK); the caller's yes in the next turn runs it (``confirmation.py``). A call of any
+other tool that changes something is asked about, not run, when a value of it was made up
+whole (no word of it said or returned in the call).
 
 A barge-in stops the round: the ledger cancels a read-only tool and lets any other run to
 its end (``tool_ledger.py``).
@@ -152,6 +154,8 @@ class ToolRound:
         without tools (REPEATED). Once a tool has changed something, the model's next words
         confirm it, without tools (CONFIRM): a second booking is never a mistake away."""
         voice, ledger = self._voice, self._ledger
+        answer = voice.caller_said()
+        calls = [ledger.confirmation.completed(voice.turn_id, c, answer) for c in calls]
         calls = [c for c in calls if not ledger.made_before(voice.turn_id, c) and self._allowed(c)]
         if not calls:
             return ToolOutcome.REPEATED
@@ -196,13 +200,14 @@ class ToolRound:
 
     def _ask_first(self, calls: Sequence[ToolCallRequest]) -> str | None:
         """What to say instead of running ``calls``: a question for a value the caller
-        never gave, or the readback of a call that waits for their yes; None: run them.
+        never gave (to a tool that changes something), or the readback of a call that
+        waits for their yes; None: run them.
         Arguments the tool refuses are not asked about: the call runs and fails, and the
         model reads why."""
         turn_id, confirmation = self._voice.turn_id, self._ledger.confirmation
         for call in calls:
             tool = self._ledger.tool(call.name)
-            if tool is None or not tool.policy.confirm or call.error:
+            if tool is None or call.error or (tool.spec.read_only and not tool.policy.confirm):
                 continue
             if confirmation.take_approved(turn_id, call):
                 continue
@@ -210,17 +215,25 @@ class ToolRound:
                 valid = tool.validate(call.arguments)
             except InvalidArguments:
                 continue
-            answering = any(confirmation.answers(turn_id, name) for name in call.arguments)
-            answer = self._voice.caller_said() if answering else ""  # to our question
-            heard, own = confirmation.caller_words(), confirmation.own_names()
-            unheard = unheard_fields(tool, call.arguments, heard, own, answer)
-            if unheard:
-                confirmation.ask(turn_id, unheard)
+            if unheard := self._unheard(tool, call):
+                confirmation.ask(turn_id, unheard, call)
                 return question_for(unheard)
-            said = readback(tool, call.arguments, valid)
-            confirmation.hold(PendingAction(turn_id, call))
-            return said
+            if tool.policy.confirm:
+                confirmation.hold(PendingAction(turn_id, call))
+                return readback(tool, call.arguments, valid)
         return None
+
+    def _unheard(self, tool: Tool, call: ToolCallRequest) -> list[str]:
+        """The values of ``call`` to ask for: for a tool that asks first, any the caller
+        never said; for one that acts at once, any made up whole."""
+        turn_id, confirmation = self._voice.turn_id, self._ledger.confirmation
+        answering = any(confirmation.answers(turn_id, name) for name in call.arguments)
+        answer = self._voice.caller_said() if answering else ""  # to our question
+        own = confirmation.own_names()
+        if tool.policy.confirm:
+            return unheard_fields(tool, call.arguments, confirmation.caller_words(), own, answer)
+        backed = confirmation.backed_words()
+        return unheard_fields(tool, call.arguments, backed, own, answer, whole=True)
 
     def _changed_something(self, call: ToolCallRequest) -> bool:
         tool = self._ledger.tool(call.name)

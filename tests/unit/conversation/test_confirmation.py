@@ -14,7 +14,12 @@ from tests.unit.conversation.harness import Call
 from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import CallContext, tool
-from voxpipe.conversation.confirmation import Consent, consent_in, own_names, unheard_fields
+from voxpipe.conversation.confirmation import (
+    Consent,
+    consent_in,
+    own_names,
+    unheard_fields,
+)
 from voxpipe.conversation.tool_ledger import MAX_RESULT_CHARS
 
 BOOK = {"name": "Kilroy", "party_size": 2, "day": "tomorrow"}
@@ -129,6 +134,75 @@ def test_only_a_plain_short_yes_is_consent() -> None:
         assert consent_in(other) is not Consent.YES, other
 
 
+def acting_tool(ran: list[dict[str, Any]]) -> Any:
+    @tool(phrase="Booking that.")
+    async def book_table(name: str, party_size: int, day: str) -> str:
+        """Book a table, at once (no readback)."""
+        ran.append({"name": name, "party_size": party_size, "day": day})
+        return f"Booked for {name}."
+
+    return book_table
+
+
+@pytest.mark.parametrize(
+    ("answer", "booked"),
+    [
+        ("Smith.", {**BOOK, "name": "Smith"}),  # the rest as first asked, not as rewritten
+        ("Smith, and make it three", {**BOOK, "name": "Smith", "party_size": 3}),
+    ],
+)
+async def test_a_tool_that_acts_at_once_asks_for_a_name_made_up_whole(
+    make_call: Callable[..., Call], answer: str, booked: dict[str, Any]
+) -> None:
+    """The STT lost the name ("under the name."), and the model booked under one of its
+    own: the call does not run; the name is asked for, and the caller's answer books it.
+    Asked again, the model writes the name and loses the rest (a party of 3, today): what
+    the caller did not say in the answer stays as the first call had it."""
+    ran: list[dict[str, Any]] = []
+    garcia = {**BOOK, "name": "Garcia"}
+    rewritten = {"name": "Smith", "party_size": 3, "day": "today"}
+    llm = FakeLlm(
+        [called("book_table", **garcia)], [called("book_table", "call_2", **rewritten)], ["Ok."]
+    )
+    stt = FakeStt("book a table for two tomorrow under the name", answer)
+    call = make_call(stt=stt, llm=llm, agent=running(acting_tool(ran)), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert ran == []
+    assert call.done(1).text == "Sorry, I didn't catch that. What name should I use?"  # type: ignore[union-attr]
+    await call.say()
+    await call.idle()
+    assert ran == [booked]
+
+
+@pytest.mark.parametrize(
+    ("heard", "name"),
+    [
+        ("book a table for two tomorrow under more", "Moore"),  # spelled otherwise
+        ("book it for two tomorrow under Ana Lopez", "Ana Lopes"),  # partly
+        ("my booking tomorrow is under the name on my account", "Kilroy"),  # a tool returned it
+    ],
+)
+async def test_a_tool_that_acts_at_once_runs_on_values_heard_or_returned(
+    make_call: Callable[..., Call], heard: str, name: str
+) -> None:
+    ran: list[dict[str, Any]] = []
+
+    @tool(effect="read_only")
+    async def account() -> dict[str, str]:
+        """The caller's account."""
+        return {"name": "Kilroy"}
+
+    llm = FakeLlm(
+        [called("account")], [called("book_table", "call_2", **{**BOOK, "name": name})], ["Ok."]
+    )
+    agent = running(account, acting_tool(ran))
+    call = make_call(stt=FakeStt(heard), llm=llm, agent=agent, deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert ran == [{**BOOK, "name": name}]
+
+
 async def test_a_tool_is_told_who_is_calling(make_call: Callable[..., Call]) -> None:
     seen: list[CallContext] = []
 
@@ -179,3 +253,21 @@ def test_a_name_spelled_otherwise_than_heard_was_still_said() -> None:
     assert unheard_fields(book, {"name": "Moore", "party": 3}, heard) == []
     assert unheard_fields(book, {"name": "Sofia", "party": 3}, heard) == ["name"]
     assert unheard_fields(book, {"name": "Ann", "party": 3}, "under dan") == ["name"]
+
+
+def test_a_value_made_up_whole_is_one_with_no_word_of_letters_heard() -> None:
+    @tool
+    async def book(name: str, date: str, time: str, note: str = "") -> str:
+        """Book."""
+        return "ok"
+
+    heard = "book a table for two at seven tonight under the name"
+    derived = {"name": "Smith", "date": "2026-12-07", "time": "19:00", "note": "Friday evening"}
+    assert unheard_fields(book, derived, heard, whole=True) == [
+        "name"
+    ]  # dates and weekdays are derived
+    assert unheard_fields(book, {"name": "Smith"}, heard + " Smith", whole=True) == []
+    assert unheard_fields(book, {"name": "Garcia", "note": "a quiet table"}, heard, whole=True) == [
+        "name"
+    ]
+    assert unheard_fields(book, {"note": "a quiet table"}, heard) == ["note"]  # asks for all

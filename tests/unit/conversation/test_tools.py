@@ -347,7 +347,9 @@ async def test_closing_the_call_waits_for_a_mutating_tool(
 
     store = StateStore()
     llm = FakeLlm([called("book_table", name="Smith")], ["Done."])
-    call = make_call(llm=llm, agent=running(book_table), store=store)
+    call = make_call(
+        stt=FakeStt("a table for Smith"), llm=llm, agent=running(book_table), store=store
+    )
     await call.say()
     await call.until(lambda: call.of(ToolStarted))
     await call.session.close()
@@ -404,7 +406,9 @@ async def test_a_tool_call_is_a_span_of_its_turn(make_call: Callable[..., Call])
         return "booked"
 
     llm = FakeLlm([called("book_table", name="Smith")], ["Booked."])
-    call = make_call(llm=llm, agent=running(book_table), tracing=tracing)
+    call = make_call(
+        stt=FakeStt("a table for Smith"), llm=llm, agent=running(book_table), tracing=tracing
+    )
     await call.say()
     await call.idle()
     await call.session.close()
@@ -449,7 +453,12 @@ async def test_a_result_that_says_its_answer_is_said_without_asking_the_model_ag
         return {"booking_id": "7", "message": f"Done: a table under the name {name}."}
 
     llm = FakeLlm([called("book_table", name="Smith")], ["Thank you for calling!"])
-    call = make_call(llm=llm, agent=running(book_table), deadlines={"filler": ""})
+    call = make_call(
+        stt=FakeStt("a table for Smith"),
+        llm=llm,
+        agent=running(book_table),
+        deadlines={"filler": ""},
+    )
     await call.say()
     await call.idle()
     assert len(llm.calls) == 1  # no second request: the tool's sentence is the answer
