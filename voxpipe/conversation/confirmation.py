@@ -212,13 +212,18 @@ def unheard_fields(
 
     ``whole``: only values made up whole, of which not one word was heard; and only words
     of letters are judged (a date, a time or a weekday is the model's reading of "tonight"
-    or "at seven", not words to find)."""
+    or "at seven", not words to find). A whole number is judged too, said as a word or in
+    digits: a party of 20 from "a table for free people" is asked for."""
     heard_words = set(_WORD.findall(heard.lower()))
     answered = set(_WORD.findall(answer.lower()))
     properties = tool.spec.parameters.get("properties") or {}
     missing = []
     for name, value in arguments.items():
         prop = properties.get(name)
+        if whole and _is_count(value, prop):
+            if str(value) not in said_words(f"{heard} {answer}"):  # not 20 for "eight pm"
+                missing.append(name)
+            continue
         if not isinstance(value, str) or not isinstance(prop, dict) or not value.strip():
             continue
         if prop.get("type") != "string" or any(k in prop for k in _FREE_TEXT_KEYS):
@@ -230,6 +235,14 @@ def unheard_fields(
         if words and not (any(said) if whole else all(said)):
             missing.append(name)
     return missing
+
+
+def _is_count(value: object, prop: object) -> bool:
+    """An integer argument that the schema leaves open (no enum, no const)."""
+    if not isinstance(prop, dict) or prop.get("type") != "integer":
+        return False
+    narrowed = "enum" in prop or "const" in prop
+    return isinstance(value, int) and not isinstance(value, bool) and not narrowed
 
 
 def _was_said(word: str, heard: set[str]) -> bool:

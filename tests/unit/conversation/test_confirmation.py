@@ -180,7 +180,10 @@ async def test_a_tool_that_acts_at_once_asks_for_a_name_made_up_whole(
     [
         ("book a table for two tomorrow under more", "Moore"),  # spelled otherwise
         ("book it for two tomorrow under Ana Lopez", "Ana Lopes"),  # partly
-        ("my booking tomorrow is under the name on my account", "Kilroy"),  # a tool returned it
+        (
+            "my booking for two tomorrow is under the name on my account",
+            "Kilroy",
+        ),  # a tool returned it
     ],
 )
 async def test_a_tool_that_acts_at_once_runs_on_values_heard_or_returned(
@@ -271,3 +274,22 @@ def test_a_value_made_up_whole_is_one_with_no_word_of_letters_heard() -> None:
         "name"
     ]
     assert unheard_fields(book, {"note": "a quiet table"}, heard) == ["note"]  # asks for all
+
+
+def test_a_count_never_said_is_made_up() -> None:
+    @tool
+    async def book(name: str, party_size: int, time: str) -> str:
+        """Book."""
+        return "ok"
+
+    free = "a table for free people at eight under Smith"
+    assert unheard_fields(book, {"name": "Smith", "party_size": 20}, free, whole=True) == [
+        "party_size"
+    ]  # not the 24-hour "8"
+    assert unheard_fields(book, {"name": "Smith", "party_size": 3}, free, whole=True) == [
+        "party_size"
+    ]
+    said = "a table for three under Smith, a party of 12 maybe"
+    assert unheard_fields(book, {"name": "Smith", "party_size": 3}, said, whole=True) == []
+    assert unheard_fields(book, {"name": "Smith", "party_size": 12}, said, whole=True) == []
+    assert unheard_fields(book, {"party_size": 4}, free, answer="four", whole=True) == []
