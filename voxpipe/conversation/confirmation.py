@@ -21,8 +21,9 @@ eight" is not a yes, and a rule cannot be talked into one.
 A tool that changes something but does not ask first still never runs on a value made up
 whole: a free-text argument of which neither the caller nor any tool result of the call
 gave a single word (a booking "under the name Garcia" when the STT lost the name) is
-asked for instead, as in step 1 (:func:`unheard_fields`, ``whole``). Any word of it heard is enough
-there: such a tool's summaries and notes are the model's paraphrase of the caller.
+asked for instead, as in step 1 (:func:`unheard_fields`, ``whole``). Any word of it heard
+is enough there: such a tool's summaries and notes are the model's paraphrase of the
+caller.
 """
 
 from __future__ import annotations
@@ -216,12 +217,13 @@ def unheard_fields(
     digits: a party of 20 from "a table for free people" is asked for."""
     heard_words = set(_WORD.findall(heard.lower()))
     answered = set(_WORD.findall(answer.lower()))
+    numbers = said_words(f"{heard} {answer}") if whole else frozenset()
     properties = tool.spec.parameters.get("properties") or {}
     missing = []
     for name, value in arguments.items():
         prop = properties.get(name)
         if whole and _is_count(value, prop):
-            if str(value) not in said_words(f"{heard} {answer}"):  # not 20 for "eight pm"
+            if str(value) not in numbers:  # not 20 for "eight pm", as a lookup may read it
                 missing.append(name)
             continue
         if not isinstance(value, str) or not isinstance(prop, dict) or not value.strip():
