@@ -130,19 +130,33 @@ def test_no_key_or_token_reaches_the_log(tmp_path: Path) -> None:
     assert re.search(r'"WebSocket /v1/voice\?api_key=\[redacted\]" \[accepted\]', log)
 
 
+async def worker_for(url: str) -> str:
+    """The worker nginx hashes ``url``'s session to: the handshake's worker header."""
+    async with websockets.connect(url, open_timeout=TIMEOUT_S) as ws:
+        assert ws.response is not None
+        return ws.response.headers["x-voxpipe-worker"]
+
+
 async def cluster_calls(cluster: LocalCluster) -> list[str]:
     """Calls through nginx with a key and a token, then more while a worker is dead (nginx
-    fails over, and would write an error line quoting each request)."""
+    fails over, and would write an error line quoting each request).
+
+    The sessions called after the kill are ones seen to hash to the killed worker, so that
+    nginx fails over for certain, not for about half of them."""
     voice = cluster.ws
     async with httpx.AsyncClient(base_url=cluster.http, timeout=TIMEOUT_S) as http:
         tokens = [await mint(http, KEY_A) for _ in range(2)]
         await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&api_key={KEY_B}")
         await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&token={tokens[0]}")
-        victim = cluster.worker(cluster.worker_ports[0])
-        os.kill(int(str(victim["pid"])), signal.SIGKILL)
-        for _ in range(6):  # about half of these hash to the dead worker first
-            await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&api_key={KEY_A}")
-        await start_and_end(f"{voice}?session_id={uuid.uuid4().hex}&token={tokens[1]}")
+        sessions = [uuid.uuid4().hex for _ in range(8)]
+        routed = {s: await worker_for(f"{voice}?session_id={s}&api_key={KEY_A}") for s in sessions}
+        victim = max(set(routed.values()), key=list(routed.values()).count)
+        port = next(p for p in cluster.worker_ports if cluster.worker(p)["worker"] == victim)
+        os.kill(int(str(cluster.worker(port)["pid"])), signal.SIGKILL)
+        doomed = [s for s in sessions if routed[s] == victim]  # at least 4 of the 8
+        for session in doomed[:3]:
+            await start_and_end(f"{voice}?session_id={session}&api_key={KEY_A}")
+        await start_and_end(f"{voice}?session_id={doomed[3]}&token={tokens[1]}")
     return tokens
 
 
