@@ -22,7 +22,10 @@ Slot = Literal[
     "19:00", "19:30", "20:00", "20:30", "21:00", "21:30", "22:00", "22:30",
 ]  # fmt: skip
 
-TODAY = datetime.date.today()
+# The agent's calendar is fixed (a Sunday), so its prompt is the same on every run: with the
+# real date the prompt changed each day, and so could the model's calls (a test that passed on
+# a Sunday could fail on the Monday after, when the restaurant is closed).
+TODAY = datetime.date(2026, 12, 6)
 TOMORROW = TODAY + datetime.timedelta(days=1)
 
 

@@ -11,12 +11,11 @@ workers and restarts: a row of ``runs`` without one of ``bookings`` is a run tha
 
 from __future__ import annotations
 
-import datetime
 import os
 import sqlite3
 import time as clock
 
-from tests.e2e.restaurant_agent import INSTRUCTIONS, Slot, opening_hours
+from tests.e2e.restaurant_agent import INSTRUCTIONS, TODAY, Slot, opening_hours
 from voxpipe.agent import Agent, tool
 
 SLOW_S = float(os.environ.get("SLOW_BOOKING_S", "4"))
@@ -46,7 +45,7 @@ def book_table(name: str, party_size: int, date: str, time: Slot) -> str:
             "INSERT INTO bookings (name, party_size, date, time, pid) VALUES (?, ?, ?, ?, ?)",
             (name, party_size, date, time, os.getpid()),
         )
-    day = "tonight" if date == datetime.date.today().isoformat() else f"on {date}"
+    day = "tonight" if date == TODAY.isoformat() else f"on {date}"
     return f"Your table for {party_size} under the name {name} is booked {day} at {time}."
 
 

@@ -96,7 +96,9 @@ def test_a_cancel_stops_only_its_own_sequence(llm: LlamaLlm) -> None:
     _at_once(jobs)
     _, usage = out["story"]  # type: ignore[misc]
     assert usage.finish_reason == "cancelled"
-    assert 0 < usage.completion_tokens <= 7  # stopped at once, not at the end of its story
+    # Stopped within a few steps (the batch may decode on while the reader waits for a core),
+    # not at the end of its story.
+    assert 0 < usage.completion_tokens <= 12
     for session in others:
         answer, other_usage = out[session]  # type: ignore[misc]
         assert answer.strip()

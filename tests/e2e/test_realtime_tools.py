@@ -50,8 +50,8 @@ SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500, "create_response
 
 
 def _spoken(text: str) -> bytes:
-    """``text`` in Piper's voice, PCM16 at 24 kHz."""
-    tts = PiperTts()
+    """``text`` in Piper's voice, PCM16 at 24 kHz, the same audio each run (no random noise)."""
+    tts = PiperTts(noise_scale=0.0, noise_w_scale=0.0)
     pcm = np.concatenate(list(tts.synthesize(text, CancelToken())))
     return pcm24k(pcm.astype(np.float32) / 32768.0, tts.sample_rate)
 

@@ -37,14 +37,15 @@ import pytest
 from tests.support import (
     RunningServer,
     free_sip_port,
+    letter_error_rate,
     librivox_clips,
     normalised,
     serving,
     tracebacks,
     voiced,
+    without_filler,
 )
 from voxpipe.audio.pcm import float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
-from voxpipe.config import Config
 from voxpipe.engines.base import STT_SAMPLE_RATE
 from voxpipe.engines.whisper_stt import WhisperStt
 from voxpipe.server.store import show_call
@@ -381,7 +382,9 @@ async def test_baresip_call_is_answered_in_speech_and_barged_in(
     first, second = (await _turns(server, 2))[:2]
     # The answer, as the caller heard it before talking over it, is the generated answer.
     answer = pcm16_to_float(heard[: int(talk_at * RATE)].tobytes())
-    words = normalised(whisper.transcribe(resample(answer, RATE, STT_SAMPLE_RATE)).text)
+    words = without_filler(
+        normalised(whisper.transcribe(resample(answer, RATE, STT_SAMPLE_RATE)).text)
+    )
     generated = normalised(first["generated"]).split()
     heard_words = words.split()
     # Whisper tiny on 8 kHz G.711 may drop or add a short word, so the generated prefix
@@ -391,7 +394,7 @@ async def test_baresip_call_is_answered_in_speech_and_barged_in(
         for n in range(max(1, len(heard_words) - 2), len(heard_words) + 3)
     )
     assert len(heard_words) >= 3 and cer <= 0.3, (words, first["generated"])
-    assert jiwer.wer(normalised(QUESTION), normalised(first["transcript"])) <= 0.25, first
+    assert letter_error_rate(QUESTION, first["transcript"]) <= 0.2, first
 
     # The barge-in: the answer was cut, its audio stopped while the caller talked (from a
     # second in: the VAD's and the turn's own time), and what the caller said over it was a
@@ -400,7 +403,7 @@ async def test_baresip_call_is_answered_in_speech_and_barged_in(
     talk_end = talk_at + talk.shape[0] / RATE
     during = voiced_frames[int((talk_at + 1.5) * 50) : int(talk_end * 50)]
     assert during.size and during.sum() * 0.02 <= 0.5, "the answer stopped for the caller"
-    assert jiwer.wer(normalised(clip.text), normalised(second["transcript"])) <= 0.4, second
+    assert letter_error_rate(clip.text, second["transcript"]) <= 0.25, second
 
     answered_at = int(np.argmax(voiced_frames[int(said_s * 50) :])) * 0.02
     print(
@@ -468,7 +471,6 @@ async def test_baresip_keypad_digits_reach_the_agent(
 # -- Opus -----------------------------------------------------------------------------------
 
 OPUS_RATE = 48000
-FILLER = Config().deadlines.filler
 
 
 async def test_baresip_call_in_opus_gets_a_spoken_answer(
@@ -506,6 +508,6 @@ async def test_baresip_call_in_opus_gets_a_spoken_answer(
     heard = pcm16_to_float(caller.heard().tobytes())
     words = normalised(whisper.transcribe(resample(heard, OPUS_RATE, STT_SAMPLE_RATE)).text)
     # A loaded machine says the filler ("One moment.") before the answer: not the answer.
-    answer = " ".join(words.replace(normalised(FILLER), " ").split())
+    answer = without_filler(words)
     generated = normalised(turn["generated"])
     assert answer and jiwer.cer(generated, answer) <= 0.3, (words, turn["generated"])

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.test_twilio import _norm, _turns
-from tests.support import RunningServer, librivox_clips, voiced
+from tests.support import RunningServer, letter_error_rate, librivox_clips, voiced, without_filler
 from voxpipe.audio.pcm import pcm16_to_float, read_wav, resample
 from voxpipe.clients.phone_line import CLEAR, MEDIA, PhoneLine
 from voxpipe.clients.telephony_clients import ExotelLine, PlivoLine, TelnyxLine, VonageLine
@@ -83,7 +83,7 @@ async def test_a_call_is_answered_cleared_and_keyed(
     heard = b"".join(r.pcm for r in line.of(MEDIA) if r.at < clear.at)
     assert voiced_s(heard, line.rate) > 1.0, "the answer was speech the caller heard"
     audio = resample(pcm16_to_float(heard), line.rate, STT_SAMPLE_RATE)
-    words = _norm(whisper.transcribe(audio).text).split()
+    words = without_filler(_norm(whisper.transcribe(audio).text)).split()
     # The caller heard the start of the answer, so Whisper's words are compared, letter by
     # letter, with the answer's first words: Whisper tiny on 8 kHz speech gets a
     # short word or a name wrong now and then ("a … named Jack" as "i … name check", a CI
@@ -97,11 +97,11 @@ async def test_a_call_is_answered_cleared_and_keyed(
     )
     assert len(words) >= 3 and cer <= 0.3, (words, first["generated"])
 
-    wer = jiwer.wer(_norm(QUESTION), _norm(first["transcript"]))
-    assert wer <= 0.25, f"{provider}: WER {wer:.2f}: heard {first['transcript']!r}"
+    off = letter_error_rate(QUESTION, first["transcript"])
+    assert off <= 0.2, f"{provider}: {off:.2f} of the letters wrong: {first['transcript']!r}"
     assert first["status"] == "interrupted", first
     # Said over the answer, its first 250 ms taken by the barge-in: Whisper tiny gets a word
     # wrong now and then ("amiable" as "am you or"), so a little more slack than the question.
-    assert jiwer.wer(_norm(clips[4].text), _norm(second["transcript"])) <= 0.4, second
+    assert letter_error_rate(clips[4].text, second["transcript"]) <= 0.25, second
     # The digits were the agent's turn ("Keypad: 427", conversation/keypad.py), answered.
     assert keyed["session_counts"]["keypad_turns"] == 1 and keyed["generated"].strip(), keyed

@@ -173,7 +173,7 @@ def spoken() -> dict[str, tuple[np.ndarray, int]]:
     """Each request in Piper's voice, with a little silence around it."""
     from voxpipe.engines.piper_tts import PiperTts
 
-    tts = PiperTts(None, threads=1)
+    tts = PiperTts(None, threads=1, noise_scale=0.0, noise_w_scale=0.0)  # the same each run
     pad = np.zeros(tts.sample_rate * 3 // 10, np.float32)
     voiced = {}
     for key, text in REQUESTS.items():
@@ -323,7 +323,8 @@ async def test_a_tool_that_raises_and_one_that_times_out_leave_the_call_going(
         assert finished["duration_ms"] >= STOCK_TIMEOUT_S * 1000 * 0.95, finished
     _assert_answered(slow, OUTPUT_RATE)
     heard = _heard(slow)
-    assert "stock room is not answering" in heard, heard
+    # Letters only: Whisper writes "stock room" or "stockroom" as the voice runs.
+    assert "stockroomisnotanswering" in heard.replace(" ", ""), heard
 
     # The next turn on the same connection: a tool that works, and its answer.
     normal_calls = _of(normal, "tool.finished", "opening_hours")
