@@ -89,7 +89,7 @@ async def test_48khz_caller_is_resampled_and_understood(server: RunningServer) -
     async with NativeClient(server.ws, input_rate=48000) as client:
         await client.connect(output_sample_rate=16000)
         turn = await client.speak(audio, rate)
-    assert _normalise(turn.transcript) == "front center"
+    assert _normalise(turn.transcript) in ("front center", "front centre"), turn.transcript
     assert client.output_rate == 16000
     _assert_reply_audio(turn.audio, 16000)
     _assert_timeline(turn.metrics)

@@ -84,6 +84,17 @@ def records(server: RunningServer, session_id: str, count: int) -> list[dict[str
         time.sleep(0.1)
 
 
+def stored_turns(server: RunningServer, session_id: str, turns: list[int]) -> None:
+    """Wait (10 s at most) until the store holds ``turns`` of ``session_id``'s call."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for call in records(server, session_id, 1):
+            shown = show_call(server.store_path, call["call_id"])
+            if shown is not None and [t["turn_id"] for t in shown["turns"]] == turns:
+                return
+        time.sleep(0.1)
+
+
 def ended_call(server: RunningServer, call_id: str) -> dict[str, Any]:
     """One call's record once its end is written (the store writes behind the call)."""
     deadline = time.monotonic() + 10
@@ -188,7 +199,9 @@ async def test_a_call_whose_server_was_killed_is_marked_crashed_and_taken_back(
         await client.connect(session_id=session_id, instructions=BRIEF)
         turns = [await client.speak(*read_wav(clips[i].path)) for i in (1, 2)]
         assert all(t.transcript and t.reply for t in turns)
-        await asyncio.sleep(0.5)  # the store writes as the call goes; give the last a moment
+        # The store writes as the call goes, off the turn's path: the kill comes once both
+        # turns are written, as a crash after them would find them.
+        await asyncio.to_thread(stored_turns, server, session_id, [1, 2])
         os.kill(server.process.pid, signal.SIGKILL)
         server.process.wait(10)
         await client._stop_tasks()
