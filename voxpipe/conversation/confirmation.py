@@ -159,7 +159,7 @@ class Confirmation:
         words = said_words(said_now)
         arguments = dict(asked.call.arguments)
         for name, value in call.arguments.items():
-            if name in asked.fields or name not in arguments or values_said({name: value}, words):
+            if name in asked.fields or name not in arguments or _said_now(value, words):
                 arguments[name] = value
         if arguments == dict(call.arguments):
             return call
@@ -245,6 +245,15 @@ def _is_count(value: object, prop: object) -> bool:
         return False
     narrowed = "enum" in prop or "const" in prop
     return isinstance(value, int) and not isinstance(value, bool) and not narrowed
+
+
+def _said_now(value: object, words: frozenset[str]) -> bool:
+    """Whether the caller said ``value`` in an answer. A whole number only as itself: the
+    reading of an hour on the 24-hour clock that a time needs ("eight" as 20) would let a
+    party of 20 stand for "at eight"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value) in words
+    return values_said({"value": value}, words)
 
 
 def _was_said(word: str, heard: set[str]) -> bool:

@@ -145,14 +145,16 @@ def acting_tool(ran: list[dict[str, Any]]) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("answer", "booked"),
+    ("answer", "party", "booked"),
     [
-        ("Smith.", {**BOOK, "name": "Smith"}),  # the rest as first asked, not as rewritten
-        ("Smith, and make it three", {**BOOK, "name": "Smith", "party_size": 3}),
+        ("Smith.", 3, {**BOOK, "name": "Smith"}),  # the rest as first asked, not as rewritten
+        ("Smith, and make it three", 3, {**BOOK, "name": "Smith", "party_size": 3}),
+        # A count is taken from the answer only as said: not 20 for "eight" (8 pm, 20:00).
+        ("Smith, at eight", 20, {**BOOK, "name": "Smith"}),
     ],
 )
 async def test_a_tool_that_acts_at_once_asks_for_a_name_made_up_whole(
-    make_call: Callable[..., Call], answer: str, booked: dict[str, Any]
+    make_call: Callable[..., Call], answer: str, party: int, booked: dict[str, Any]
 ) -> None:
     """The STT lost the name ("under the name."), and the model booked under one of its
     own: the call does not run; the name is asked for, and the caller's answer books it.
@@ -160,7 +162,7 @@ async def test_a_tool_that_acts_at_once_asks_for_a_name_made_up_whole(
     the caller did not say in the answer stays as the first call had it."""
     ran: list[dict[str, Any]] = []
     garcia = {**BOOK, "name": "Garcia"}
-    rewritten = {"name": "Smith", "party_size": 3, "day": "today"}
+    rewritten = {"name": "Smith", "party_size": party, "day": "today"}
     llm = FakeLlm(
         [called("book_table", **garcia)], [called("book_table", "call_2", **rewritten)], ["Ok."]
     )
