@@ -151,8 +151,10 @@ async def cluster_calls(cluster: LocalCluster) -> list[str]:
         sessions = [uuid.uuid4().hex for _ in range(8)]
         routed = {s: await worker_for(f"{voice}?session_id={s}&api_key={KEY_A}") for s in sessions}
         victim = max(set(routed.values()), key=list(routed.values()).count)
-        port = next(p for p in cluster.worker_ports if cluster.worker(p)["worker"] == victim)
-        os.kill(int(str(cluster.worker(port)["pid"])), signal.SIGKILL)
+        doomed_worker = next(
+            w for w in map(cluster.worker, cluster.worker_ports) if w["worker"] == victim
+        )
+        os.kill(int(str(doomed_worker["pid"])), signal.SIGKILL)
         doomed = [s for s in sessions if routed[s] == victim]  # at least 4 of the 8
         for session in doomed[:3]:
             await start_and_end(f"{voice}?session_id={session}&api_key={KEY_A}")

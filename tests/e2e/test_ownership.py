@@ -85,11 +85,13 @@ def records(server: RunningServer, session_id: str, count: int) -> list[dict[str
 
 
 def stored_turns(server: RunningServer, session_id: str, turns: list[int]) -> None:
-    """Wait (10 s at most) until the store holds ``turns`` of ``session_id``'s call."""
+    """Wait (10 s at most, once its record is written) until the store holds ``turns`` of
+    ``session_id``'s call."""
+    calls = [call["call_id"] for call in records(server, session_id, 1)]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        for call in records(server, session_id, 1):
-            shown = show_call(server.store_path, call["call_id"])
+        for call_id in calls:
+            shown = show_call(server.store_path, call_id)
             if shown is not None and [t["turn_id"] for t in shown["turns"]] == turns:
                 return
         time.sleep(0.1)

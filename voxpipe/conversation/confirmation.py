@@ -244,14 +244,18 @@ def _is_count(value: object, prop: object) -> bool:
     if not isinstance(prop, dict) or prop.get("type") != "integer":
         return False
     narrowed = "enum" in prop or "const" in prop
-    return isinstance(value, int) and not isinstance(value, bool) and not narrowed
+    return _whole_number(value) and not narrowed
+
+
+def _whole_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _said_now(value: object, words: frozenset[str]) -> bool:
     """Whether the caller said ``value`` in an answer. A whole number only as itself: the
     reading of an hour on the 24-hour clock that a time needs ("eight" as 20) would let a
     party of 20 stand for "at eight"."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if _whole_number(value):
         return str(value) in words
     return values_said({"value": value}, words)
 
