@@ -12,6 +12,12 @@ from voxpipe.engines.factory import BuildContext, ModelInfo
 
 WINDOW = 512  # 32 ms at 16 kHz, the window Silero v6 was trained on
 CONTEXT = 64  # samples of the previous window the model sees in front of each window
+# Silero's recurrent state drifts over a long quiet after speech: on a phone line's digital
+# silence, a short word said 3-8 s after the last one scored under 0.5 in some alignments of
+# the 32 ms windows ("Smith." after a question: max 0.47, no turn at all), where a fresh state
+# scores it 0.7-0.85. After this many quiet windows in a row (1 s) the state starts afresh.
+QUIET_RESET_WINDOWS = 32
+QUIET_PROBABILITY = 0.1  # under this a window is quiet for the reset
 
 
 def default_model_path() -> Path:
@@ -29,6 +35,7 @@ class SileroVadStream:
         self._state_c = np.zeros((1, 1, 128), dtype=np.float32)
         self._context = np.zeros(CONTEXT, dtype=np.float32)
         self._pending = np.zeros(0, dtype=np.float32)
+        self._quiet = 0  # quiet windows in a row (QUIET_RESET_WINDOWS)
 
     def process(self, audio: np.ndarray) -> list[float]:
         buf = np.concatenate([self._pending, audio.astype(np.float32, copy=False)])
@@ -42,7 +49,13 @@ class SileroVadStream:
                 None, {"input": x, "h": self._state_h, "c": self._state_c}
             )
             self._context = window[-CONTEXT:]
-            probs.append(float(np.asarray(out).reshape(-1)[0]))
+            prob = float(np.asarray(out).reshape(-1)[0])
+            probs.append(prob)
+            self._quiet = self._quiet + 1 if prob < QUIET_PROBABILITY else 0
+            if self._quiet >= QUIET_RESET_WINDOWS:
+                self._state_h = np.zeros_like(self._state_h)
+                self._state_c = np.zeros_like(self._state_c)
+                self._quiet = 0
         return probs
 
 
