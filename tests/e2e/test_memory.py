@@ -10,9 +10,10 @@ up to the last: a call that leaves anything behind shows up 180 times, in every 
 What is not a leak: the engines' allocators (onnxruntime's arenas, which grow by powers of
 two; CTranslate2's block cache; malloc arenas per engine thread) step up now and then, by up
 to ~100 MiB at once, to a new high-water mark, and keep it. Such a step is rare (one of
-90-100 MiB after the warm-up in 4 of 9 runs here, at any call, never two) and does not repeat,
-where a leak adds about the same to every ten calls. So the bound applies to the growth
-without those steps.
+90-100 MiB after the warm-up in 4 of 9 runs here, at any call; in one run three, of 30, 8 and
+5 MiB) and does not repeat, where a leak adds about the same to every ten calls. So the test
+bounds the median growth over ten calls, which a few steps of any size do not move, and the
+growth without the largest few.
 """
 
 from __future__ import annotations
@@ -54,13 +55,13 @@ DROPS = range(7, CALLS, 20)  # calls 7, 27, ...: the connection vanishes mid-aud
 RATE, FRAME_MS, CALL_MS = 16000, 20, 1000
 SEND_SPEEDUP = 4  # audio is timed by its sample clock; sending it faster only saves time
 SAMPLE_EVERY = 10  # calls between two memory samples
-# Growth over ten calls of at least this is an allocator stepping up to a new high-water mark;
-# up to MAX_STEPS such steps are allowed (a leak that big would make one in every sample).
-STEP_MIB, MAX_STEPS = 32, 2
-# The growth left, without those steps: measured 0-18 MiB over the 180 calls. A call that
-# leaked its session (jitter buffer, replay ring of reply audio, history, the saved KV state
-# of ~0.5 MiB, its tasks) would leak hundreds of KiB: 180 of them pass this bound.
-GROWTH_LIMIT_MIB = 40
+# A call that leaked its session (jitter buffer, replay ring of reply audio, history, the saved
+# KV state of ~0.5 MiB, its tasks) would leak hundreds of KiB, in every ten calls: the median
+# growth over ten calls stays under MEDIAN_LIMIT_MIB (measured about 0.1 MiB).
+MEDIAN_LIMIT_MIB = 1.5
+# The growth without the MAX_STEPS largest of the 18 (the allocators' steps, whatever their
+# size): measured 0-18 MiB over the 180 calls; 180 leaked sessions pass this bound.
+MAX_STEPS, GROWTH_LIMIT_MIB = 3, 40
 TASK_SLACK, THREAD_SLACK = 2, 2
 BRIEF = "You are a voice assistant. Answer every message in at most eight words."
 
@@ -186,22 +187,24 @@ async def test_memory_stays_flat_over_200_calls(memory_server: RunningServer) ->
     measured = CALLS - WARMUP_CALLS
     growth = end[RSS] - baseline[RSS]
     deltas = [b[RSS] - a[RSS] for a, b in itertools.pairwise(samples)]
-    steps = [d for d in deltas if d >= STEP_MIB * 2**20]
+    steps = [d for d in sorted(deltas, reverse=True)[:MAX_STEPS] if d > 0]
     steady = growth - sum(steps)
+    median = float(np.median(deltas))
     print(
         f"\nmemory: {CALLS} calls in {elapsed:.0f} s ({len(turns)} full turns, {len(DROPS)} "
         f"dropped); RSS after {WARMUP_CALLS} warm-up calls {_mib(baseline[RSS])} MiB, after "
         f"{CALLS} calls {_mib(end[RSS])} MiB: {growth / 2**20:+.1f} MiB over {measured} calls "
         f"= {growth / measured / 1024:+.1f} KiB per call\n"
         f"memory: without {len(steps)} allocator step(s) of {[_mib(d) for d in steps]} MiB: "
-        f"{steady / 2**20:+.1f} MiB = {steady / measured / 1024:+.1f} KiB per call\n"
+        f"{steady / 2**20:+.1f} MiB = {steady / measured / 1024:+.1f} KiB per call; median "
+        f"over {SAMPLE_EVERY} calls {median / 2**20:+.2f} MiB\n"
         f"memory: asyncio tasks {baseline[TASKS]:.0f} -> {end[TASKS]:.0f}, "
         f"threads {baseline[THREADS]:.0f} -> {end[THREADS]:.0f}\n"
         f"memory: RSS every {SAMPLE_EVERY} calls (MiB): {' '.join(_mib(s[RSS]) for s in samples)}"
     )
     assert all(t["status"] == "completed" and t["transcript"] for t in turns), turns
     assert end[CONNECTED] == 0 and end[DETACHED] == 0, end
-    assert len(steps) <= MAX_STEPS, f"RSS stepped up {len(steps)} times: {deltas}"
+    assert median < MEDIAN_LIMIT_MIB * 2**20, f"RSS grew in every {SAMPLE_EVERY} calls: {deltas}"
     assert steady < GROWTH_LIMIT_MIB * 2**20, f"RSS grew {steady / 2**20:.1f} MiB"
     assert end[TASKS] <= baseline[TASKS] + TASK_SLACK, (baseline, end)
     assert end[THREADS] <= baseline[THREADS] + THREAD_SLACK, (baseline, end)

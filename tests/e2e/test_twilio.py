@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import re
 import time
@@ -164,14 +165,20 @@ async def test_talking_over_the_reply_sends_clear(server: RunningServer) -> None
         # reply's audio can come slower than it plays) before it talks over the reply.
         await line.wait_for(lambda: line.played_s >= 1.5, 90)
         line.say(*interruption)
-        (clear,) = await line.wait_for(lambda: line.of("clear"), 30)
+        clear, *_ = await line.wait_for(lambda: line.of("clear"), 30)
         played_before_clear = line.played_s
         first, second = await _turns(server, line.stream_sid, 2)
         await line.wait_for(lambda: line.buffered_s == 0, 60)
         await line.hang_up()
 
     assert clear.message == {"event": "clear", "streamSid": line.stream_sid}
-    assert len(line.of("clear")) == 1
+    # One clear a barge-in, never two in a row. The reply may pause on the recording's hiss
+    # before the first word, go on when that proves to be nothing, and stop at the word: a
+    # second clear then follows audio sent after the first.
+    clears = line.of("clear")
+    assert len(clears) <= 2, clears
+    for earlier, later in itertools.pairwise(clears):
+        assert any(r.at < later.at for r in line.of("media", since=earlier.at)), clears
     before = [r.message for r in line.of("media") if r.at < clear.at]
     after = [r.message for r in line.of("media", since=clear.at)]
     assert _voiced_s(before) > 0.3 and _voiced_s(after) > 0.3, "a reply before and after"

@@ -14,10 +14,14 @@ WINDOW = 512  # 32 ms at 16 kHz, the window Silero v6 was trained on
 CONTEXT = 64  # samples of the previous window the model sees in front of each window
 # Silero's recurrent state drifts over a long quiet after speech: on a phone line's digital
 # silence, a short word said 3-8 s after the last one scored under 0.5 in some alignments of
-# the 32 ms windows ("Smith." after a question: max 0.47, no turn at all), where a fresh state
-# scores it 0.7-0.85. After this many quiet windows in a row (1 s) the state starts afresh.
+# the 32 ms windows ("Smith." after a question: max 0.47, no turn at all), where a settled
+# state scores it 0.72 or more. After this many quiet windows in a row (1 s) the state is set
+# back to the settled one: a zero state that has heard SETTLE_WINDOWS of silence. (A zero
+# state itself hears "Wait, stop." over a reply no better than the drifted one: its first
+# windows are jumpy.)
 QUIET_RESET_WINDOWS = 32
 QUIET_PROBABILITY = 0.1  # under this a window is quiet for the reset
+SETTLE_WINDOWS = 16
 
 
 def default_model_path() -> Path:
@@ -29,8 +33,11 @@ def default_model_path() -> Path:
 class SileroVadStream:
     """Recurrent state of one call: LSTM state, the last 64 samples, and a partial window."""
 
-    def __init__(self, session: onnxruntime.InferenceSession) -> None:
+    def __init__(
+        self, session: onnxruntime.InferenceSession, settled: tuple[np.ndarray, np.ndarray]
+    ) -> None:
         self._session = session
+        self._settled = settled  # (h, c) after a second of quiet; never written to
         self._state_h = np.zeros((1, 1, 128), dtype=np.float32)
         self._state_c = np.zeros((1, 1, 128), dtype=np.float32)
         self._context = np.zeros(CONTEXT, dtype=np.float32)
@@ -53,10 +60,16 @@ class SileroVadStream:
             probs.append(prob)
             self._quiet = self._quiet + 1 if prob < QUIET_PROBABILITY else 0
             if self._quiet >= QUIET_RESET_WINDOWS:
-                self._state_h = np.zeros_like(self._state_h)
-                self._state_c = np.zeros_like(self._state_c)
+                self._state_h, self._state_c = self._settled
                 self._quiet = 0
         return probs
+
+    def settle(self) -> tuple[np.ndarray, np.ndarray]:
+        """This (fresh) stream's state after SETTLE_WINDOWS of silence, read-only."""
+        self.process(np.zeros(WINDOW * SETTLE_WINDOWS, dtype=np.float32))
+        for state in (self._state_h, self._state_c):
+            state.flags.writeable = False
+        return self._state_h, self._state_c
 
 
 class SileroVad:
@@ -73,9 +86,11 @@ class SileroVad:
         self._session = onnxruntime.InferenceSession(
             str(self.model_path), sess_options=opts, providers=["CPUExecutionProvider"]
         )
+        zeros = np.zeros((1, 1, 128), dtype=np.float32)
+        self._settled = SileroVadStream(self._session, (zeros, zeros)).settle()
 
     def new_stream(self) -> SileroVadStream:
-        return SileroVadStream(self._session)
+        return SileroVadStream(self._session, self._settled)
 
     def warmup(self) -> None:
         self.new_stream().process(np.zeros(WINDOW * 4, dtype=np.float32))
