@@ -8,6 +8,11 @@ the real Silero VAD, at four phases of its 32 ms windows (where the windows fall
 word at the edge). For each opening rule (a probability, for so many windows in a row) it
 prints when speech opens after the clip's first sample of speech: the floor under the clear.
 
+Each clip is heard twice over: by a fresh stream, and by the stream of a call whose caller
+asked the question of ``bench overlap`` and then listened for ``--quiet`` seconds to the
+reply, the line silent meanwhile (a recurrent VAD's state after speech and a long quiet is
+not a fresh one's: ``silero_vad.py``, ``QUIET_RESET_WINDOWS``).
+
 Stationary line noise (white at -50/-35/-25 dBFS, brown at -30 dBFS, a minute each) checks
 the other side: a lower bar must not open on a quiet line.
 """
@@ -20,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.overlap import BACKCHANNELS, INTERRUPTIONS, LEAD_S, VOICES, _voice
-from voxpipe.audio.pcm import resample, ulaw_decode, ulaw_encode
+from bench.overlap import ASK, BACKCHANNELS, INTERRUPTIONS, LEAD_S, VOICES, _voice
+from voxpipe.audio.pcm import read_wav, resample, ulaw_decode, ulaw_encode
 from voxpipe.config import TurnConfig
 from voxpipe.conversation.turn_detector import TurnDetector, TurnEventKind
 
@@ -58,10 +63,25 @@ def opens_at(probs: list[float], threshold: float, windows: int) -> int | None:
     return None
 
 
-def _probs(vad: Any, audio: np.ndarray) -> list[float]:
+def _probs(vad: Any, audio: np.ndarray, before: np.ndarray | None = None) -> list[float]:
+    """The VAD's probabilities over ``audio``, heard after ``before`` (whole windows) if
+    given."""
+    stream = vad.new_stream()
+    if before is not None:
+        stream.process(before)
     n = audio.shape[0] // WINDOW
-    probs: list[float] = vad.new_stream().process(audio[: n * WINDOW])
+    probs: list[float] = stream.process(audio[: n * WINDOW])
     return probs
+
+
+def asked(quiet_s: float) -> np.ndarray:
+    """The caller's question over the line, then ``quiet_s`` of the line's silence, in whole
+    windows: what a call's VAD has heard when the caller talks over the reply."""
+    audio, rate = read_wav(ASK)
+    heard = np.concatenate(
+        [over_the_line(resample(audio, rate, RATE)), np.zeros(int(quiet_s * RATE), np.float32)]
+    )
+    return heard[: heard.shape[0] // WINDOW * WINDOW]
 
 
 def _summary(delays: list[float]) -> dict[str, Any]:
@@ -76,23 +96,30 @@ def _summary(delays: list[float]) -> dict[str, Any]:
     }
 
 
-def run(each: int) -> dict[str, Any]:
+def run(each: int, quiet_s: list[float]) -> dict[str, Any]:
     from voxpipe.engines.silero_vad import SileroVad
 
     vad = SileroVad(threads=1)
     kinds = {"interruption": INTERRUPTIONS[:each], "backchannel": BACKCHANNELS[:each]}
-    delays: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
-    for kind, phrases in kinds.items():
-        for voice in VOICES:
-            for words in phrases:
-                clip = over_the_line(_voice(words, voice))
-                for phase in PHASES:
-                    probs = _probs(vad, np.concatenate([np.zeros(phase, np.float32), clip]))
-                    speech_at = phase + LEAD_S * RATE
-                    for threshold, windows in RULES:
-                        i = opens_at(probs, threshold, windows)
-                        ms = MISSED_MS if i is None else ((i + 1) * WINDOW - speech_at) / 16
-                        delays[kind].setdefault(f"{threshold}x{windows}", []).append(ms)
+    starts: dict[str, np.ndarray | None] = {"fresh": None}
+    starts.update({f"asked+{q:g}s": asked(q) for q in quiet_s})
+    delays: dict[str, dict[str, dict[str, list[float]]]] = {
+        start: {k: {} for k in kinds} for start in starts
+    }
+    for start, before in starts.items():
+        for kind, phrases in kinds.items():
+            for voice in VOICES:
+                for words in phrases:
+                    clip = over_the_line(_voice(words, voice))
+                    for phase in PHASES:
+                        audio = np.concatenate([np.zeros(phase, np.float32), clip])
+                        probs = _probs(vad, audio, before)
+                        speech_at = phase + LEAD_S * RATE
+                        for threshold, windows in RULES:
+                            i = opens_at(probs, threshold, windows)
+                            ms = MISSED_MS if i is None else ((i + 1) * WINDOW - speech_at) / 16
+                            rule = f"{threshold}x{windows}"
+                            delays[start][kind].setdefault(rule, []).append(ms)
     rng = np.random.default_rng(1)
     minute = RATE * 60
     brown = np.cumsum(rng.normal(0, 1, minute))
@@ -108,7 +135,10 @@ def run(each: int) -> dict[str, Any]:
         probs = _probs(vad, over_the_line(noise.astype(np.float32)))
         false_opens[name] = {f"{t}x{w}": _opens(probs, t, w) for t, w in RULES}
     return {
-        "speech": {k: {r: _summary(d) for r, d in rules.items()} for k, rules in delays.items()},
+        "speech": {
+            start: {k: {r: _summary(d) for r, d in rules.items()} for k, rules in kinds.items()}
+            for start, kinds in delays.items()
+        },
         "noise_opens_per_minute": false_opens,
     }
 
@@ -123,17 +153,21 @@ def _opens(probs: list[float], threshold: float, windows: int) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = run(args.each)
+    result = run(args.each, args.quiet)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print("speech opens after the first sample of speech, over μ-law (4 window phases)")
-    print(f"{'kind':13} {'rule':8} {'n':>4} {'missed':>6} {'p50':>5} {'p95':>5} {'p99':>6} >300")
-    for kind, rules in result["speech"].items():
-        for rule, s in rules.items():
-            print(
-                f"{kind:13} {rule:8} {s['n']:>4} {s['missed']:>6} {s['p50_ms']:>5} "
-                f"{s['p95_ms']:>5} {s['p99_ms']:>6} {s['over_300_ms']:>4}"
-            )
+    print(
+        f"{'stream':10} {'kind':13} {'rule':8} {'n':>4} {'missed':>6} {'p50':>5} {'p95':>5} "
+        f"{'p99':>6} >300"
+    )
+    for start, kinds in result["speech"].items():
+        for kind, rules in kinds.items():
+            for rule, s in rules.items():
+                print(
+                    f"{start:10} {kind:13} {rule:8} {s['n']:>4} {s['missed']:>6} "
+                    f"{s['p50_ms']:>5} {s['p95_ms']:>5} {s['p99_ms']:>6} {s['over_300_ms']:>4}"
+                )
     print("opens on a minute of line noise:")
     for name, opens in result["noise_opens_per_minute"].items():
         print(f"  {name}: {opens}")

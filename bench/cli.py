@@ -149,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="offline: how soon the VAD hears speech over the agent, per opening rule",
     )
     barge_in_vad.add_argument("--each", type=int, default=30, help="backchannels, interruptions")
+    barge_in_vad.add_argument(
+        "--quiet",
+        type=lambda text: [float(s) for s in text.split(",") if s],
+        default=[3.0],
+        help="also heard after the caller's question and these seconds of quiet (comma list)",
+    )
     barge_in_vad.add_argument("--out", type=Path, default=Path("bench-results/barge-in-vad.json"))
     barge_in_vad.set_defaults(func=cmd_barge_in_vad)
     confirm_cost = sub.add_parser(

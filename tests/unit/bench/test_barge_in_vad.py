@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.barge_in_vad import _opens, opens_at, over_the_line
+from bench.barge_in_vad import WINDOW, _opens, asked, opens_at, over_the_line
 from bench.cli import build_parser
 
 
@@ -29,3 +29,12 @@ def test_the_line_keeps_the_length_and_the_level() -> None:
 def test_is_a_command() -> None:
     args = build_parser().parse_args(["barge-in-vad"])
     assert args.func.__name__ == "cmd_barge_in_vad" and args.each == 30
+    assert args.quiet == [3.0]
+    assert build_parser().parse_args(["barge-in-vad", "--quiet", "3,5.5"]).quiet == [3.0, 5.5]
+
+
+def test_a_call_that_asked_hears_the_question_then_whole_windows_of_quiet() -> None:
+    heard = asked(3.0)
+    assert heard.shape[0] % WINDOW == 0
+    assert np.abs(heard[: WINDOW * 20]).max() > 0.05  # the question
+    assert np.abs(heard[-3 * 16000 + WINDOW :]).max() == 0.0  # then the line's silence
