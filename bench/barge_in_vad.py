@@ -74,7 +74,7 @@ def _probs(vad: Any, audio: np.ndarray, before: np.ndarray | None = None) -> lis
     return probs
 
 
-def asked(quiet_s: float) -> np.ndarray:
+def question_then_quiet(quiet_s: float) -> np.ndarray:
     """The caller's question over the line, then ``quiet_s`` of the line's silence, in whole
     windows: what a call's VAD has heard when the caller talks over the reply."""
     audio, rate = read_wav(ASK)
@@ -102,7 +102,7 @@ def run(each: int, quiet_s: list[float]) -> dict[str, Any]:
     vad = SileroVad(threads=1)
     kinds = {"interruption": INTERRUPTIONS[:each], "backchannel": BACKCHANNELS[:each]}
     starts: dict[str, np.ndarray | None] = {"fresh": None}
-    starts.update({f"asked+{q:g}s": asked(q) for q in quiet_s})
+    starts.update({f"asked+{q:g}s": question_then_quiet(q) for q in quiet_s})
     delays: dict[str, dict[str, dict[str, list[float]]]] = {
         start: {k: {} for k in kinds} for start in starts
     }
@@ -136,8 +136,8 @@ def run(each: int, quiet_s: list[float]) -> dict[str, Any]:
         false_opens[name] = {f"{t}x{w}": _opens(probs, t, w) for t, w in RULES}
     return {
         "speech": {
-            start: {k: {r: _summary(d) for r, d in rules.items()} for k, rules in kinds.items()}
-            for start, kinds in delays.items()
+            start: {k: {r: _summary(d) for r, d in rules.items()} for k, rules in by_kind.items()}
+            for start, by_kind in delays.items()
         },
         "noise_opens_per_minute": false_opens,
     }
@@ -161,8 +161,8 @@ def main(args: argparse.Namespace) -> int:
         f"{'stream':10} {'kind':13} {'rule':8} {'n':>4} {'missed':>6} {'p50':>5} {'p95':>5} "
         f"{'p99':>6} >300"
     )
-    for start, kinds in result["speech"].items():
-        for kind, rules in kinds.items():
+    for start, by_kind in result["speech"].items():
+        for kind, rules in by_kind.items():
             for rule, s in rules.items():
                 print(
                     f"{start:10} {kind:13} {rule:8} {s['n']:>4} {s['missed']:>6} "

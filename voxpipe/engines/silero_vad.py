@@ -21,7 +21,7 @@ CONTEXT = 64  # samples of the previous window the model sees in front of each w
 # windows are jumpy.)
 QUIET_RESET_WINDOWS = 32
 QUIET_PROBABILITY = 0.1  # under this a window is quiet for the reset
-SETTLE_WINDOWS = 16
+SETTLE_WINDOWS = 16  # 512 ms of silence make the settled state
 
 
 def default_model_path() -> Path:
@@ -31,13 +31,14 @@ def default_model_path() -> Path:
 
 
 class SileroVadStream:
-    """Recurrent state of one call: LSTM state, the last 64 samples, and a partial window."""
+    """Recurrent state of one call: LSTM state, the last 64 samples, a partial window, and
+    the quiet windows in a row that set the LSTM state back to the settled one."""
 
     def __init__(
         self, session: onnxruntime.InferenceSession, settled: tuple[np.ndarray, np.ndarray]
     ) -> None:
         self._session = session
-        self._settled = settled  # (h, c) after a second of quiet; never written to
+        self._settled = settled  # (h, c) a quiet resets to (_settled_state); read-only
         self._state_h = np.zeros((1, 1, 128), dtype=np.float32)
         self._state_c = np.zeros((1, 1, 128), dtype=np.float32)
         self._context = np.zeros(CONTEXT, dtype=np.float32)
@@ -64,12 +65,17 @@ class SileroVadStream:
                 self._quiet = 0
         return probs
 
-    def settle(self) -> tuple[np.ndarray, np.ndarray]:
-        """This (fresh) stream's state after SETTLE_WINDOWS of silence, read-only."""
-        self.process(np.zeros(WINDOW * SETTLE_WINDOWS, dtype=np.float32))
-        for state in (self._state_h, self._state_c):
-            state.flags.writeable = False
-        return self._state_h, self._state_c
+
+def _settled_state(session: onnxruntime.InferenceSession) -> tuple[np.ndarray, np.ndarray]:
+    """A zero state after SETTLE_WINDOWS of digital silence, read-only: every stream of the
+    model shares it (onnxruntime never writes to an input)."""
+    h = c = np.zeros((1, 1, 128), dtype=np.float32)
+    silence = np.zeros((1, CONTEXT + WINDOW), dtype=np.float32)
+    for _ in range(SETTLE_WINDOWS):
+        _, h, c = session.run(None, {"input": silence, "h": h, "c": c})
+    for state in (h, c):
+        state.flags.writeable = False
+    return h, c
 
 
 class SileroVad:
@@ -86,8 +92,7 @@ class SileroVad:
         self._session = onnxruntime.InferenceSession(
             str(self.model_path), sess_options=opts, providers=["CPUExecutionProvider"]
         )
-        zeros = np.zeros((1, 1, 128), dtype=np.float32)
-        self._settled = SileroVadStream(self._session, (zeros, zeros)).settle()
+        self._settled = _settled_state(self._session)
 
     def new_stream(self) -> SileroVadStream:
         return SileroVadStream(self._session, self._settled)

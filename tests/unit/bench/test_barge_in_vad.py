@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.barge_in_vad import WINDOW, _opens, asked, opens_at, over_the_line
+from bench.barge_in_vad import WINDOW, _opens, opens_at, over_the_line, question_then_quiet
 from bench.cli import build_parser
 
 
@@ -34,7 +34,7 @@ def test_is_a_command() -> None:
 
 
 def test_a_call_that_asked_hears_the_question_then_whole_windows_of_quiet() -> None:
-    heard = asked(3.0)
+    heard = question_then_quiet(3.0)
     assert heard.shape[0] % WINDOW == 0
     assert np.abs(heard[: WINDOW * 20]).max() > 0.05  # the question
     assert np.abs(heard[-3 * 16000 + WINDOW :]).max() == 0.0  # then the line's silence
