@@ -106,20 +106,22 @@ def run(each: int, quiet_s: list[float]) -> dict[str, Any]:
     delays: dict[str, dict[str, dict[str, list[float]]]] = {
         start: {k: {} for k in kinds} for start in starts
     }
+    clips = [  # synthesized once, heard by every start
+        (kind, over_the_line(_voice(words, voice)))
+        for kind, phrases in kinds.items()
+        for voice in VOICES
+        for words in phrases
+    ]
     for start, before in starts.items():
-        for kind, phrases in kinds.items():
-            for voice in VOICES:
-                for words in phrases:
-                    clip = over_the_line(_voice(words, voice))
-                    for phase in PHASES:
-                        audio = np.concatenate([np.zeros(phase, np.float32), clip])
-                        probs = _probs(vad, audio, before)
-                        speech_at = phase + LEAD_S * RATE
-                        for threshold, windows in RULES:
-                            i = opens_at(probs, threshold, windows)
-                            ms = MISSED_MS if i is None else ((i + 1) * WINDOW - speech_at) / 16
-                            rule = f"{threshold}x{windows}"
-                            delays[start][kind].setdefault(rule, []).append(ms)
+        for kind, clip in clips:
+            for phase in PHASES:
+                audio = np.concatenate([np.zeros(phase, np.float32), clip])
+                probs = _probs(vad, audio, before)
+                speech_at = phase + LEAD_S * RATE
+                for threshold, windows in RULES:
+                    i = opens_at(probs, threshold, windows)
+                    ms = MISSED_MS if i is None else ((i + 1) * WINDOW - speech_at) / 16
+                    delays[start][kind].setdefault(f"{threshold}x{windows}", []).append(ms)
     rng = np.random.default_rng(1)
     minute = RATE * 60
     brown = np.cumsum(rng.normal(0, 1, minute))
