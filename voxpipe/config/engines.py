@@ -167,13 +167,14 @@ class LlmConfig(_EngineSection):
     """Embedded model: the token cap of a late reply."""
 
     warm_while_speaking: bool = True
-    """Embedded model, replies without tools: each partial transcript (stt.partial_interval_ms)
-    evaluates the conversation and the caller's words so far into the call's KV sequence, after
-    all other work, so the reply evaluates only what the final words add once the turn ends."""
+    """Embedded model: each partial transcript (stt.partial_interval_ms) evaluates the
+    conversation and the caller's words so far into the call's KV sequence, after all other
+    work, so the reply evaluates only what the final words add once the turn ends. A call
+    offered tools is warmed with them, on the context its requests run on."""
 
     warm_chunk: int = Field(16, ge=1)
-    """Embedded model: most tokens of the caller's words warmed in one batch step (a step cannot be
-    stopped, and a turn that ends during one waits for it)."""
+    """Embedded model: most tokens of the caller's words warmed in one batch step, or in one go on
+    the tools' context (neither can be stopped, and a turn that ends during one waits for it)."""
 
     max_tokens: int = Field(80, ge=1, le=2048)
     """Longest reply, in tokens."""

@@ -11,7 +11,8 @@ ends, the reply's prompt shares that prefix and evaluates only what the final wo
 Only what costs nothing when it is wrong is done here: a warm runs after every other
 request, a few tokens a step (``llm.warm_chunk``), and gives way to the call's own next
 request; a partial the final transcript contradicts only wastes the tokens past the first
-difference. A reply offered tools runs on another context, so it is not warmed.
+difference. A call offered tools is warmed with them on the context its requests run on
+(``llama_solo.py``), a chunk at a time between other work.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from voxpipe.conversation.history import History
 from voxpipe.conversation.services import Services
 from voxpipe.conversation.tool_ledger import ToolLedger
 from voxpipe.conversation.turn_words import open_words
-from voxpipe.engines.base import CancelToken, ChatMessage
+from voxpipe.engines.base import CancelToken, ChatMessage, ToolSpec
 
 log = logging.getLogger("voxpipe.warming")
 
@@ -49,16 +50,15 @@ class PromptWarming:
             return
         if self._task is not None and not self._task.done():
             return  # the engine has not taken the last one yet: the next partial will do
-        if self._ledger.offered():
-            return
+        tools = self._ledger.offered()
         messages = self._ledger.prompt([*self._history.messages(), ChatMessage("user", words)])
         self._task = asyncio.get_running_loop().create_task(
-            self._warm(messages), name=f"warm-{self._id}"
+            self._warm(messages, tools), name=f"warm-{self._id}"
         )
 
-    async def _warm(self, messages: list[ChatMessage]) -> None:
+    async def _warm(self, messages: list[ChatMessage], tools: list[ToolSpec] | None) -> None:
         try:
-            await self._services.llm.warm(self._id, messages, self._cancel)
+            await self._services.llm.warm(self._id, messages, self._cancel, tools=tools)
         except Exception as error:  # a warm is a head start: the reply evaluates it anyway
             log.warning("session %s: warming the prompt failed: %s", self._id, error)
 

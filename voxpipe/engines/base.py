@@ -348,9 +348,16 @@ class WarmingLlm(Protocol):
     other request and gives way to the call's own next one. A remote server keeps no
     per-call state to warm and is not asked."""
 
-    def warm(self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken) -> bool:
-        """Start the evaluation and return at once (False: nothing to warm). ``messages``
-        end with the caller's words so far (a user message)."""
+    def warm(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        tools: Sequence[ToolSpec] = (),
+    ) -> bool:
+        """Start the evaluation (False: nothing to warm). ``messages`` end with the caller's
+        words so far (a user message); ``tools`` are those the call's requests offer, which
+        are part of its prompt."""
         ...
 
 

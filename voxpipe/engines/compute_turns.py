@@ -33,6 +33,8 @@ class ComputeTurns:
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
+        """A batch step, or a chunk of speculative work (a warm): after every exclusive job
+        already waiting."""
         with self._cond:
             while self._busy or self._exclusive_waiting:
                 self._cond.wait()

@@ -169,21 +169,35 @@ class LlamaLlm(LlmEngine):
             session_id, tokens[:cut], targets, cancel, LlmUsage(), max_prefill=JUDGE_MAX_PREFILL
         )
 
-    def warm(self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken) -> bool:
+    def warm(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        tools: Sequence[ToolSpec] = (),
+    ) -> bool:
         """:class:`~voxpipe.engines.base.WarmingLlm`: the conversation and the caller's words
         so far into the call's batch sequence, up to the words' last token (the message's
-        close, and whatever the caller says next, are not known yet)."""
-        closed = self._before_close(messages)
+        close, and whatever the caller says next, are not known yet). A call offered
+        ``tools`` is warmed on the solo context, where its requests run; that warm runs here,
+        on the caller's thread, a chunk at a time (:meth:`SoloContext.warm`)."""
+        closed = self._before_close(messages, tuple(tools))
         if closed is None:
             return False
         tokens, cut = closed
-        self.batch.warm(session_id, tokens[:cut], cancel)
+        if tools:
+            self.prompt.refuse_tools()
+            self.solo.warm(session_id, tokens[:cut], cancel, self.batch.policy.warm_chunk)
+        else:
+            self.batch.warm(session_id, tokens[:cut], cancel)
         return True
 
-    def _before_close(self, messages: Sequence[ChatMessage]) -> tuple[list[int], int] | None:
+    def _before_close(
+        self, messages: Sequence[ChatMessage], tools: tuple[ToolSpec, ...] = ()
+    ) -> tuple[list[int], int] | None:
         """The prompt of ``messages`` (no reply header) and where its last message's close
         begins: the template's last end-of-turn token. None: the template wrote none."""
-        tokens, _ = self.prompt.tokens(messages, add_header=False)
+        tokens, _ = self.prompt.tokens(messages, add_header=False, tools=tools)
         ends = np.flatnonzero(np.isin(np.asarray(tokens, dtype=np.intc), self._end_ids))
         return (tokens, int(ends[-1])) if len(ends) else None
 

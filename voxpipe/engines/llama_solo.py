@@ -5,7 +5,8 @@ model's logits to itself (its router and grammar), so it runs on the ``Llama`` o
 context, between two of the batch's steps (``ComputeTurns``). There one call holds the
 context at a time; when another takes it, the previous owner's KV sequence is saved to a
 byte-bounded LRU and restored when it speaks again, so each call still prefills only its
-new words.
+new words. While a call's caller speaks, its conversation and words so far are warmed here
+(:meth:`SoloContext.warm`), as the batch warms a call without tools.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class SoloContext:
         self.states = StateCache(state_cache_bytes)
         self.n_batch = n_batch
         self._owner: str | None = None
+        self._asked: dict[str, int] = {}  # requests per call: a warm stops at the call's next
         self._state_lock = threading.Lock()  # states and owner: short critical sections only
 
     @property
@@ -45,7 +47,13 @@ class SoloContext:
     # -- who holds it ---------------------------------------------------------
 
     def take(self, session_id: str) -> bool:
-        """Make the context hold ``session_id``'s state; True if a saved state was restored."""
+        """Make the context hold ``session_id``'s state for a request (the caller holds the
+        cores); True if a saved state was restored. A warm of the call in progress stops."""
+        with self._state_lock:
+            self._asked[session_id] = self._asked.get(session_id, 0) + 1
+        return self._hold(session_id)
+
+    def _hold(self, session_id: str) -> bool:
         with self._state_lock:
             if self._owner == session_id:
                 return False
@@ -59,6 +67,7 @@ class SoloContext:
         """Drop ``session_id``'s saved state; never waits for a request in progress."""
         with self._state_lock:
             self.states.pop(session_id)
+            self._asked.pop(session_id, None)
             if self._owner == session_id:
                 self._owner = None
 
@@ -96,6 +105,32 @@ class SoloContext:
         return True
 
     # -- what runs on it ------------------------------------------------------
+
+    def warm(self, session_id: str, tokens: list[int], cancel: CancelToken, chunk: int) -> int:
+        """Evaluate ``tokens`` (a call's conversation and the caller's words so far) into the
+        context for ``session_id``, so the request that follows the turn evaluates only what
+        the final words add. Speculative, so it never makes a request wait for more than one
+        ``chunk``: each chunk takes the cores only when no request is waiting for them, and
+        the warm stops when cancelled, when the call's own request has come, or when another
+        call has taken the context meanwhile. Returns the tokens evaluated."""
+        asked = self._asked.get(session_id, 0)
+        llm, done = self._llm, 0
+        while not cancel.cancelled:
+            with self.turns.step():
+                if self._asked.get(session_id, 0) != asked:
+                    break  # the request has the final words: warming more only undoes it
+                if self._owner != session_id:
+                    if done:
+                        break  # another call needed the context
+                    self._hold(session_id)
+                reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+                if reused >= len(tokens) or cancel.cancelled:
+                    break
+                end = min(len(tokens), reused + chunk)
+                llm.n_tokens = reused
+                llm.eval(tokens[reused:end])
+                done += end - reused
+        return done
 
     def prefill(
         self, tokens: list[int], keep_last: int, cancel: CancelToken, usage: LlmUsage

@@ -170,7 +170,11 @@ class QueuedLlm(Queued[LlmEngine]):
         return usage
 
     async def warm(
-        self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> bool:
         """:meth:`WarmingLlm.warm`: the caller's words so far into the call's KV, in the
         background. Not for an engine that keeps no per-call state, nor while every runner
@@ -178,7 +182,9 @@ class QueuedLlm(Queued[LlmEngine]):
         engine = self.engine
         if not isinstance(engine, WarmingLlm) or not self.runner.has_free_worker:
             return False
-        return await self.runner.call(lambda: engine.warm(session_id, messages, cancel))
+        return await self.runner.call(
+            lambda: engine.warm(session_id, messages, cancel, tuple(tools or ()))
+        )
 
     async def turn_ends(
         self, session_id: str, messages: Sequence[ChatMessage], clock: JobClock | None = None

@@ -10,7 +10,7 @@ from tests.unit.conversation.tools_support import running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import tool
 from voxpipe.conversation.events import TranscriptPartial
-from voxpipe.engines.base import CancelToken, ChatMessage
+from voxpipe.engines.base import CancelToken, ChatMessage, ToolSpec
 
 
 class WarmingFakeLlm(FakeLlm):
@@ -19,9 +19,17 @@ class WarmingFakeLlm(FakeLlm):
     def __init__(self) -> None:
         super().__init__()
         self.warms: list[tuple[str, list[ChatMessage]]] = []
+        self.tools: list[tuple[str, ...]] = []
 
-    def warm(self, session_id: str, messages: Sequence[ChatMessage], cancel: CancelToken) -> bool:
+    def warm(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        cancel: CancelToken,
+        tools: Sequence[ToolSpec] = (),
+    ) -> bool:
         self.warms.append((session_id, list(messages)))
+        self.tools.append(tuple(t.name for t in tools))
         return True
 
 
@@ -48,9 +56,7 @@ async def test_each_partial_warms_the_conversation_and_the_words_so_far(
     assert llm.calls[0][-1].content.startswith("Book a table")
 
 
-async def test_nothing_is_warmed_when_off_or_when_tools_are_offered(
-    make_call: Callable[..., Call],
-) -> None:
+async def test_nothing_is_warmed_when_off(make_call: Callable[..., Call]) -> None:
     llm = WarmingFakeLlm()
     off = make_call(
         llm=llm, stt=FakeStt("Book a.", "Book a table."),
@@ -58,16 +64,24 @@ async def test_nothing_is_warmed_when_off_or_when_tools_are_offered(
     )  # fmt: skip
     await off.push(speech(40))
     await off.until(lambda: len(off.of(TranscriptPartial)) >= 2)
+    assert llm.warms == []
+
+
+async def test_a_call_with_tools_is_warmed_with_its_tools(make_call: Callable[..., Call]) -> None:
+    """The tools are part of the prompt its requests run on (the solo context's)."""
 
     @tool(effect="read_only")
     async def opening_hours(day: str) -> str:
         """When the restaurant opens on a day."""
         return "nine"
 
-    tools = make_call(
+    llm = WarmingFakeLlm()
+    call = make_call(
         llm=llm, stt=FakeStt("Book a.", "Book a table."), agent=running(opening_hours),
         stt_config={"partial_interval_ms": 300},
     )  # fmt: skip
-    await tools.push(speech(40))
-    await tools.until(lambda: len(tools.of(TranscriptPartial)) >= 2)
-    assert llm.warms == []  # a reply with tools runs on the tools' context: not warmed
+    await call.push(speech(40))
+    await call.until(lambda: len(call.of(TranscriptPartial)) >= 2)
+    assert llm.warms
+    assert set(llm.tools) == {("opening_hours",)}
+    assert llm.warms[-1][1][-1].content in ("Book a", "Book a table")
