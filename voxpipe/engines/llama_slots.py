@@ -144,7 +144,7 @@ class SequenceSlots:
         size = self._cpp.llama_state_seq_get_size(ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         written = self._cpp.llama_state_seq_get_data(ctx, buf, size, seq)
-        state = SavedState(np.asarray(slot.tokens, dtype=np.intc), bytes(buf[:written]))
+        state = SavedState(np.asarray(slot.tokens, dtype=np.intc), ctypes.string_at(buf, written))
         with self._lock:
             self.states.put(slot.owner, state)
         slot.owner = None

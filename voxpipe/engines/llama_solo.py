@@ -87,7 +87,7 @@ class SoloContext:
         buf = (ctypes.c_uint8 * size)()
         written = self._llm_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
         tokens = self._llm.input_ids[: self._llm.n_tokens].copy()
-        self.states.put(self._owner, SavedState(tokens, bytes(buf[:written])))
+        self.states.put(self._owner, SavedState(tokens, ctypes.string_at(buf, written)))
 
     def _restore(self, session_id: str) -> bool:
         state = self.states.pop(session_id)
