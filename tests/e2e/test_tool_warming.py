@@ -1,7 +1,8 @@
 """A call offered tools is warmed while its caller speaks, on the context its requests run on
 (``SoloContext.warm``), with the real model and the restaurant agent's tools: the request
-that follows the turn evaluates only what the final words add, and decides exactly as it
-would have cold (greedy: the same call, or the same words)."""
+that follows the turn evaluates only what the final words add, the router's looks at the
+words (after the greeting, and alone) start from their warmed states, and it all decides as
+it would have cold (greedy: the same call, or the same words, from the same judgements)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from voxpipe.agent import load_agent
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, ChatMessage, LlmOutput, LlmUsage, ToolCallRequest
 from voxpipe.engines.llama_llm import LlamaLlm
+from voxpipe.engines.llama_solo import LOOKS, look_key
 from voxpipe.engines.loader import llm_model_path
 
 pytestmark = pytest.mark.e2e
@@ -67,12 +69,19 @@ def test_the_words_so_far_leave_the_request_only_the_rest(
     partial_messages = [*CALL, ChatMessage("user", partial)]
     assert llm.warm("warm", partial_messages, CancelToken(), TOOLS)
     warmed = len(llm.prompt.tokens(partial_messages, add_header=False, tools=TOOLS)[0]) - 2
+    assert all(look_key("warm", name) in llm.solo.looks for name in LOOKS)
     warm_items, warm = answer(llm, "warm", final)
+    looked = [name for name in LOOKS if look_key("warm", name) not in llm.solo.looks]
     llm.forget("warm")
 
     assert warm.reused_tokens >= warmed, (warm.reused_tokens, warmed)
     assert warm.prefill_tokens < cold.prefill_tokens, (warm, cold)
     assert outcome(warm_items) == outcome(cold_items)
+    judged = [k for k in warm.extra if k.startswith("tool_call_p")]
+    assert judged == [k for k in cold.extra if k.startswith("tool_call_p")]
+    for key in judged:  # chunked evaluation moves a float, not a judgement
+        assert warm.extra[key] == pytest.approx(cold.extra[key], rel=0.1, abs=0.01), key
+    assert "tool_call_p_alone" not in judged or "alone" in looked  # a warmed look was used
 
 
 def test_a_warm_leaves_another_calls_state_as_it_was(llm: LlamaLlm) -> None:

@@ -208,7 +208,9 @@ class LlmConfig(_EngineSection):
     """Messages kept verbatim when the history is summarized."""
 
     state_cache_mb: int = Field(256, ge=0)
-    """Bound of the LRU of saved per-session KV states, in MiB."""
+    """Bound of the LRU of saved per-session KV states, in MiB. With tools, the router's looks
+    warmed while a caller speaks (llm.warm_while_speaking) have an LRU of their own, of the same
+    bound, so a look never evicts a call's state."""
 
     tool_threshold: float = Field(0.5, ge=0.0, le=1.0)
     """Embedded model, with tools offered: it calls a tool when the probability of a call-like

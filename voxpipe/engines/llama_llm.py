@@ -55,7 +55,7 @@ from voxpipe.engines.compute_turns import ComputeTurns
 from voxpipe.engines.llama_batch import BatchedLlama
 from voxpipe.engines.llama_prompt import LlamaPrompt
 from voxpipe.engines.llama_router import ToolRouter
-from voxpipe.engines.llama_solo import SoloContext
+from voxpipe.engines.llama_solo import SoloContext, look_key
 from voxpipe.engines.llama_tools import LlamaToolCalls
 from voxpipe.engines.qwen_tools import MarkupFilter
 from voxpipe.engines.reply_rules import DEFAULT_ECHO_RUN, ReplyRules
@@ -187,10 +187,23 @@ class LlamaLlm(LlmEngine):
         tokens, cut = closed
         if tools:
             self.prompt.refuse_tools()
-            self.solo.warm(session_id, tokens[:cut], cancel, self.batch.policy.warm_chunk)
+            looks = self._looks_so_far(messages, tuple(tools)) if self.tool_router else {}
+            self.solo.warm(session_id, tokens[:cut], cancel, self.batch.policy.warm_chunk, looks)
         else:
             self.batch.warm(session_id, tokens[:cut], cancel)
         return True
+
+    def _looks_so_far(
+        self, messages: Sequence[ChatMessage], tools: tuple[ToolSpec, ...]
+    ) -> dict[str, list[int]]:
+        """The router's looks at the caller's words so far, up to their last token, as
+        :meth:`warm` prepares them."""
+        looks = {}
+        for name, picked in self.router.look_messages(messages).items():
+            closed = self._before_close(picked, tools)
+            if closed is not None:
+                looks[name] = closed[0][: closed[1]]
+        return looks
 
     def _before_close(
         self, messages: Sequence[ChatMessage], tools: tuple[ToolSpec, ...] = ()
@@ -296,9 +309,9 @@ class LlamaLlm(LlmEngine):
                 alone = router.alone_prompt(messages, tools) if self.tool_router else None
                 if p_call < self._tools.threshold and alone is not None:
                     if router.opening_allows(
-                        messages, tools, tokens, p_call, usage, self.tool_router_floor
+                        messages, tools, tokens, p_call, usage, self.tool_router_floor, session_id
                     ):
-                        with router.judged_alone(alone):
+                        with router.judged_alone(alone, look_key(session_id, "alone")):
                             usage.extra["tool_call_p_alone"] = p_alone = (
                                 self._tools.call_probability()
                             )
@@ -307,7 +320,7 @@ class LlamaLlm(LlmEngine):
                                 return
                     elif self.lookup_router and (
                         lookup := router.said_lookup(
-                            alone, messages, tools, cancel, usage, self.lookup_threshold
+                            alone, messages, tools, cancel, usage, self.lookup_threshold, session_id
                         )
                     ):
                         yield from lookup

@@ -39,7 +39,7 @@ from voxpipe.engines.call_grounding import (
     written_so_far,
 )
 from voxpipe.engines.llama_prompt import LlamaPrompt
-from voxpipe.engines.llama_solo import SoloContext
+from voxpipe.engines.llama_solo import SoloContext, look_key
 from voxpipe.engines.llama_tools import LlamaToolCalls
 
 LOOKUP_TRIES = 2
@@ -55,16 +55,29 @@ class ToolRouter:
         self.solo = solo
         self.calls = calls
 
+    def look_messages(self, messages: Sequence[ChatMessage]) -> dict[str, list[ChatMessage]]:
+        """The messages of each look (:data:`~voxpipe.engines.llama_solo.LOOKS`) the call's
+        ``messages`` allow: "alone", the instructions and the caller's last words, when
+        there are turns between to leave out; "opening", the instructions, the agent's
+        greeting and the caller's last words, when the call began with a greeting."""
+        system = [m for m in messages if m.role == "system"]
+        rest = [m for m in messages if m.role != "system"]
+        if not rest or rest[-1].role != "user" or len(rest) < 2:
+            return {}
+        looks = {"alone": [*system, rest[-1]]}
+        greeting = rest[0]
+        if greeting.role == "assistant" and not greeting.tool_calls and greeting.content.strip():
+            looks["opening"] = [*system, greeting, rest[-1]]
+        return looks
+
     def alone_prompt(
         self, messages: Sequence[ChatMessage], tools: tuple[ToolSpec, ...]
     ) -> list[int] | None:
         """The instructions and tools, then the caller's last words, without the turns
         between; None when there are none to leave out or the last words are not the
         caller's (:meth:`judged_alone`)."""
-        system = [m for m in messages if m.role == "system"]
-        if not messages or messages[-1].role != "user" or len(messages) <= len(system) + 1:
-            return None
-        return self.prompt.tokens([*system, messages[-1]], tools=tools)[0]
+        alone = self.look_messages(messages).get("alone")
+        return None if alone is None else self.prompt.tokens(alone, tools=tools)[0]
 
     def opening_allows(
         self,
@@ -74,6 +87,7 @@ class ToolRouter:
         p_call: float,
         usage: LlmUsage,
         floor: float,
+        session_id: str = "",
     ) -> bool:
         """Whether the caller's last words may be judged alone: they must not be out of
         the question right after the agent's greeting (P(call) at least ``floor``); True
@@ -81,7 +95,8 @@ class ToolRouter:
 
         The probabilities measured, and the floor they set, are in docs/agents.md. The look
         shares the instructions and the greeting with the session's KV cache, so it costs
-        the prefill of the caller's words."""
+        the prefill of the caller's words (their last words, when a warm of
+        ``session_id`` prepared the look)."""
         if floor <= 0.0:
             return True
         opening = self._opening_prompt(messages, tools)
@@ -90,7 +105,7 @@ class ToolRouter:
         if opening == tokens:  # the call so far is the greeting and these words
             p_opening = p_call
         else:
-            with self.judged_alone(opening):
+            with self.judged_alone(opening, look_key(session_id, "opening")):
                 p_opening = self.calls.call_probability()
         usage.extra["tool_call_p_opening"] = p_opening
         return p_opening >= floor
@@ -101,14 +116,8 @@ class ToolRouter:
         """The instructions and tools, the agent's greeting, then the caller's last words;
         None when the call did not begin with a greeting (an assistant message in words
         before any of the caller's) or the last words are not the caller's."""
-        system = [m for m in messages if m.role == "system"]
-        rest = [m for m in messages if m.role != "system"]
-        if len(rest) < 2 or rest[-1].role != "user":
-            return None
-        greeting = rest[0]
-        if greeting.role != "assistant" or greeting.tool_calls or not greeting.content.strip():
-            return None
-        return self.prompt.tokens([*system, greeting, rest[-1]], tools=tools)[0]
+        opening = self.look_messages(messages).get("opening")
+        return None if opening is None else self.prompt.tokens(opening, tools=tools)[0]
 
     def said_lookup(
         self,
@@ -118,6 +127,7 @@ class ToolRouter:
         cancel: CancelToken,
         usage: LlmUsage,
         threshold: float,
+        session_id: str = "",
     ) -> list[LlmOutput] | None:
         """The call the look alone writes after the ``alone`` prompt (if its P(call)
         reaches ``threshold``), if it is to a read-only tool and the caller's last words
@@ -131,7 +141,7 @@ class ToolRouter:
             return None
         said = said_words(messages[-1].content)
         offered = tools
-        with self.judged_alone(alone):
+        with self.judged_alone(alone, look_key(session_id, "alone")):
             usage.extra["tool_call_p_alone"] = p_alone = self.calls.call_probability()
             for _ in range(LOOKUP_TRIES):
                 if p_alone < threshold or cancel.cancelled:
@@ -184,10 +194,10 @@ class ToolRouter:
         return (items if arguments_said(call.arguments, said) else None), tool
 
     @contextlib.contextmanager
-    def judged_alone(self, alone: list[int]) -> Iterator[None]:
+    def judged_alone(self, alone: list[int], look: str | None = None) -> Iterator[None]:
         """Inside: the context holds the ``alone`` prompt, evaluated; after: the session's
         state and its next token's logits, as they were. It costs the prefill of the
-        caller's words (the instructions' KV is shared) and a copy of the session's KV state
-        both ways."""
-        with self.solo.evaluated_apart(alone, self.calls.logits):
+        caller's words (the instructions' KV is shared; only the last words when a warm
+        saved the ``look``) and a copy of the session's KV state both ways."""
+        with self.solo.evaluated_apart(alone, self.calls.logits, look=look):
             yield

@@ -15,7 +15,7 @@ import codecs
 import contextlib
 import ctypes
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ class SoloContext:
         self._llm = llm
         self.turns = turns  # the cores: the batch's steps, or this context for a request
         self.states = StateCache(state_cache_bytes)
+        self.looks = StateCache(state_cache_bytes)  # apart: a look never evicts a call's state
         self.n_batch = n_batch
         self._owner: str | None = None
         self._asked: dict[str, int] = {}  # requests per call: a warm stops at the call's next
@@ -67,6 +68,8 @@ class SoloContext:
         """Drop ``session_id``'s saved state; never waits for a request in progress."""
         with self._state_lock:
             self.states.pop(session_id)
+            for name in LOOKS:
+                self.looks.pop(look_key(session_id, name))
             self._asked.pop(session_id, None)
             if self._owner == session_id:
                 self._owner = None
@@ -75,6 +78,7 @@ class SoloContext:
         """Empty the context and the saved states (the caller holds the cores)."""
         with self._state_lock:
             self.states = StateCache(self.states.max_bytes)
+            self.looks = StateCache(self.looks.max_bytes)
             self._owner = None
             self._llm.reset()
             self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
@@ -82,55 +86,82 @@ class SoloContext:
     def _save_current(self) -> None:
         if self._owner is None or self._llm.n_tokens == 0:
             return
-        ctx = self._llm._ctx.ctx
-        size = self._llm_cpp.llama_state_seq_get_size(ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        written = self._llm_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
         tokens = self._llm.input_ids[: self._llm.n_tokens].copy()
-        self.states.put(self._owner, SavedState(tokens, ctypes.string_at(buf, written)))
+        self.states.put(self._owner, SavedState(tokens, self._copy_out()))
 
     def _restore(self, session_id: str) -> bool:
         state = self.states.pop(session_id)
         if state is None:
             return False
-        ctx = self._llm._ctx.ctx
-        self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
-        if self._llm_cpp.llama_state_seq_set_data(ctx, buf, len(state.kv), 0) == 0:
+        if not self._copy_in(state):
             self._llm.reset()
             return False
-        n = len(state.tokens)
-        self._llm.input_ids[:n] = state.tokens
-        self._llm.n_tokens = n
         return True
 
     # -- what runs on it ------------------------------------------------------
 
-    def warm(self, session_id: str, tokens: list[int], cancel: CancelToken, chunk: int) -> int:
+    def warm(
+        self,
+        session_id: str,
+        tokens: list[int],
+        cancel: CancelToken,
+        chunk: int,
+        looks: Mapping[str, list[int]] | None = None,
+    ) -> int:
         """Evaluate ``tokens`` (a call's conversation and the caller's words so far) into the
         context for ``session_id``, so the request that follows the turn evaluates only what
-        the final words add. Speculative, so it never makes a request wait for more than one
-        ``chunk``: each chunk takes the cores only when no request is waiting for them, and
-        the warm stops when cancelled, when the call's own request has come, or when another
-        call has taken the context meanwhile. Returns the tokens evaluated."""
+        the final words add; then each of the router's ``looks`` (a name in :data:`LOOKS`,
+        and its prompt so far), evaluated apart and saved, so that the router's look at the
+        turn's end evaluates only the last words too (:meth:`evaluated_apart`). Speculative,
+        so it never makes a request wait for more than one ``chunk``: each chunk takes the
+        cores only when no request is waiting for them, and the warm stops when cancelled,
+        when the call's own request has come, or when another call has taken the context
+        meanwhile. Returns the tokens evaluated."""
         asked = self._asked.get(session_id, 0)
-        llm, done = self._llm, 0
-        while not cancel.cancelled:
-            with self.turns.step():
-                if self._asked.get(session_id, 0) != asked:
-                    break  # the request has the final words: warming more only undoes it
-                if self._owner != session_id:
-                    if done:
-                        break  # another call needed the context
-                    self._hold(session_id)
-                reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
-                if reused >= len(tokens) or cancel.cancelled:
+        jobs = [("", tokens), *((look_key(session_id, n), t) for n, t in (looks or {}).items())]
+        done = 0
+        for look, target in jobs:
+            while not cancel.cancelled:
+                with self.turns.step():
+                    if self._asked.get(session_id, 0) != asked:
+                        return done  # the request has the final words: warming more undoes it
+                    if self._owner != session_id:
+                        if done:
+                            return done  # another call needed the context
+                        self._hold(session_id)
+                    evaluated = (
+                        self._warm_look(look, target, chunk)
+                        if look
+                        else self._warm_own(target, chunk)
+                    )
+                if not evaluated:
                     break
-                end = min(len(tokens), reused + chunk)
-                llm.n_tokens = reused
-                llm.eval(tokens[reused:end])
-                done += end - reused
+                done += evaluated
         return done
+
+    def _warm_own(self, tokens: list[int], chunk: int) -> int:
+        llm = self._llm
+        reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+        if reused >= len(tokens):
+            return 0
+        end = min(len(tokens), reused + chunk)
+        llm.n_tokens = reused
+        llm.eval(tokens[reused:end])
+        return end - reused
+
+    def _warm_look(self, look: str, tokens: list[int], chunk: int) -> int:
+        llm = self._llm
+        with self._state_lock:
+            saved = self.looks.tokens(look)
+        reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+        if saved is not None:
+            reused = max(reused, common_prefix(saved, tokens))
+        if reused >= len(tokens):
+            return 0
+        end = min(len(tokens), reused + chunk)
+        with self.evaluated_apart(tokens[:end], None, look=look, keep=True):
+            pass
+        return end - reused
 
     def prefill(
         self, tokens: list[int], keep_last: int, cancel: CancelToken, usage: LlmUsage
@@ -204,31 +235,75 @@ class SoloContext:
 
     @contextlib.contextmanager
     def evaluated_apart(
-        self, prompt: list[int], logits: Callable[[], np.ndarray]
+        self,
+        prompt: list[int],
+        logits: Callable[[], np.ndarray] | None,
+        look: str | None = None,
+        keep: bool = False,
     ) -> Iterator[None]:
         """Inside: the context holds ``prompt``, evaluated; after: the owner's state and its
-        next token's logits (``logits()``: the floats the sampler reads), as they were. It costs the
-        prefill of what ``prompt`` does not share with the owner's tokens, and a copy of
-        the owner's KV state both ways."""
-        llm, cpp = self._llm, self._llm_cpp
-        ctx = llm._ctx.ctx
-        n = llm.n_tokens
-        ids = llm.input_ids[:n].copy()
-        kept_logits = logits().copy()
-        size = cpp.llama_state_seq_get_size(ctx, 0)
-        kv = (ctypes.c_uint8 * size)()
-        written = cpp.llama_state_seq_get_data(ctx, kv, size, 0)
-        shared = min(common_prefix(ids, prompt), len(prompt) - 1)
+        next token's logits (``logits()``: the floats the sampler reads), as they were. It
+        costs the prefill of what ``prompt`` does not share with the owner's tokens, and a
+        copy of the owner's KV state both ways. A ``look`` (:func:`look_key`) saved by a warm
+        starts it from that state instead when it shares more of ``prompt`` (the caller's
+        words so far), and is used up; ``keep`` saves the state it leaves under ``look``."""
+        llm = self._llm
+        ids = llm.input_ids[: llm.n_tokens].copy()
+        kept_logits = None if logits is None else logits().copy()
+        owner = self._copy_out()
+        start = min(common_prefix(ids, prompt), len(prompt) - 1)
+        with self._state_lock:
+            saved = self.looks.pop(look) if look is not None else None
         try:
-            llm._ctx.kv_cache_seq_rm(-1, shared, -1)
-            llm.n_tokens = shared
-            llm.eval(prompt[shared:])
+            reach = 0 if saved is None else common_prefix(saved.tokens, prompt)
+            reach = min(reach, len(prompt) - 1)
+            if saved is not None and reach > start:
+                if self._copy_in(saved):
+                    start = reach
+                elif not self._copy_in(SavedState(ids, owner)):  # the owner's prefix back
+                    raise EngineError("the session's state could not be put back for the router")
+            if start < llm.n_tokens:
+                llm._ctx.kv_cache_seq_rm(-1, start, -1)
+            llm.n_tokens = start
+            llm.eval(prompt[start:])
             yield
+            if keep and look is not None:
+                state = SavedState(llm.input_ids[: llm.n_tokens].copy(), self._copy_out())
+                with self._state_lock:
+                    self.looks.put(look, state)
         finally:
-            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-            if cpp.llama_state_seq_set_data(ctx, kv, written, 0) == 0:
+            if not self._copy_in(SavedState(ids, owner)):
                 llm.reset()  # the next request prefills from scratch
                 raise EngineError("the session's state could not be put back after the router")
-            llm.input_ids[:n] = ids
-            llm.n_tokens = n
-            logits()[:] = kept_logits
+            if kept_logits is not None and logits is not None:
+                logits()[:] = kept_logits
+
+    def _copy_out(self) -> bytes:
+        """The KV state of the context's sequence, as bytes."""
+        ctx, cpp = self._llm._ctx.ctx, self._llm_cpp
+        size = cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        return ctypes.string_at(buf, cpp.llama_state_seq_get_data(ctx, buf, size, 0))
+
+    def _copy_in(self, state: SavedState) -> bool:
+        """The context holds ``state`` (False: llama.cpp refused it, and holds nothing)."""
+        llm, cpp = self._llm, self._llm_cpp
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
+        if cpp.llama_state_seq_set_data(llm._ctx.ctx, buf, len(state.kv), 0) == 0:
+            llm.n_tokens = 0
+            return False
+        n = len(state.tokens)
+        llm.input_ids[:n] = state.tokens
+        llm.n_tokens = n
+        return True
+
+
+LOOKS = ("opening", "alone")
+"""The router's looks a warm may prepare (``llama_router.py``): the caller's words after the
+agent's greeting alone, and the caller's words alone."""
+
+
+def look_key(session_id: str, look: str) -> str:
+    """Where a call's warmed look is saved among the states."""
+    return f"{session_id}\x1f{look}"

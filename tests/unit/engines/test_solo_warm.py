@@ -11,13 +11,20 @@ import pytest
 
 from voxpipe.engines.base import CancelToken
 from voxpipe.engines.compute_turns import ComputeTurns
-from voxpipe.engines.llama_solo import SoloContext
+from voxpipe.engines.llama_solo import SoloContext, look_key
+from voxpipe.engines.llama_state import SavedState
+
+
+class FakeKv:
+    def kv_cache_seq_rm(self, seq: int, start: int, end: int) -> None:
+        pass
 
 
 class FakeLlama:
     """What the solo context reads and writes of a ``Llama``: its tokens and ``eval``."""
 
     def __init__(self) -> None:
+        self._ctx = FakeKv()
         self.input_ids = np.zeros(512, dtype=np.intc)
         self.n_tokens = 0
         self.evals: list[list[int]] = []
@@ -33,7 +40,15 @@ class FakeLlama:
 @pytest.fixture
 def solo(monkeypatch: pytest.MonkeyPatch) -> SoloContext:
     context = SoloContext(FakeLlama(), ComputeTurns(), 1 << 20, 64)
-    monkeypatch.setattr(context, "_save_current", lambda: None)  # no KV to copy in a fake
+    fake: FakeLlama = context._llm
+
+    def copy_in(state: SavedState) -> bool:  # the fake's KV is its tokens
+        fake.input_ids[: len(state.tokens)] = state.tokens
+        fake.n_tokens = len(state.tokens)
+        return True
+
+    monkeypatch.setattr(context, "_copy_out", lambda: fake.input_ids[: fake.n_tokens].tobytes())
+    monkeypatch.setattr(context, "_copy_in", copy_in)
     return context
 
 
@@ -68,3 +83,46 @@ def test_a_cancelled_warm_evaluates_nothing(solo: SoloContext) -> None:
     cancel.cancel()
     assert solo.warm("call", list(range(1, 41)), cancel, chunk=8) == 0
     assert solo._llm.evals == []
+
+
+SYSTEM = list(range(100, 120))  # the instructions, shared by the call and its looks
+GREETING = [7, 7, 7]
+CALL = [*SYSTEM, *GREETING, 1, 2, 3, 4]  # the conversation so far
+
+
+def test_the_routers_looks_are_warmed_apart_and_the_call_kept(solo: SoloContext) -> None:
+    fake: FakeLlama = solo._llm
+    words = [50, 51, 52]
+    looks = {"opening": [*SYSTEM, *GREETING, *words], "alone": [*SYSTEM, 9, *words]}
+    solo.warm("call", [*CALL, *words], CancelToken(), chunk=8, looks=looks)
+    assert list(fake.input_ids[: fake.n_tokens]) == [*CALL, *words]  # the call's own state
+    for name, tokens in looks.items():
+        assert list(solo.looks.tokens(look_key("call", name))) == tokens
+
+    # the turn ends with one word more: each look evaluates only that word and the header
+    fake.evals.clear()
+    final = {name: [*tokens, 53, 0, 0] for name, tokens in looks.items()}
+    for name, tokens in final.items():
+        with solo.evaluated_apart(tokens, None, look=look_key("call", name)):
+            assert list(fake.input_ids[: fake.n_tokens]) == tokens
+        assert look_key("call", name) not in solo.looks  # used up
+    assert fake.evals == [[53, 0, 0], [53, 0, 0]]
+    assert list(fake.input_ids[: fake.n_tokens]) == [*CALL, *words]
+
+
+def test_a_look_the_final_words_contradict_starts_from_the_shared_prefix(
+    solo: SoloContext,
+) -> None:
+    fake: FakeLlama = solo._llm
+    solo.warm("call", CALL, CancelToken(), chunk=8, looks={"alone": [*SYSTEM, 9, 50, 51]})
+    fake.evals.clear()
+    with solo.evaluated_apart([*SYSTEM, 9, 60, 61, 0], None, look=look_key("call", "alone")):
+        pass
+    assert fake.evals == [[60, 61, 0]]  # from where the warmed words part from the final ones
+
+
+def test_forgetting_a_call_drops_its_looks(solo: SoloContext) -> None:
+    solo.warm("call", CALL, CancelToken(), chunk=8, looks={"alone": [*SYSTEM, 9, 50]})
+    assert look_key("call", "alone") in solo.looks
+    solo.forget("call")
+    assert len(solo.looks) == 0
