@@ -9,7 +9,9 @@ fits, and the arguments follow :func:`~voxpipe.engines.qwen_tools.call_steps`: w
 schema fixes (keys, quotes, commas) goes into the context in one batch, and only the values
 are sampled, each under its own grammar. On two cores a sampled token costs about 58 ms
 under a grammar, ten tokens in one batch about 120 ms, so a booking's call takes about a
-third less time than one sampled whole (``docs/benchmarks.md``). A text reply instead has
+third less time than one sampled whole (``docs/benchmarks.md``). Greedy values (the default
+``llm.tool_temperature`` 0) check the model's best token against the grammar first
+(``grammar_sampler.py``). A text reply instead has
 the call's starts masked out of the same logits, so it cannot open a call.
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from voxpipe.engines.base import (
     ToolSpec,
     new_tool_call_id,
 )
+from voxpipe.engines.grammar_sampler import GreedyGrammarSampler
 from voxpipe.engines.llama_state import common_prefix
 from voxpipe.engines.qwen_tools import (
     ArgumentsScanner,
@@ -246,25 +249,35 @@ class _Writer:
     def _sample(self, grammar: LlamaGrammar) -> Iterator[str]:
         """Tokens' text under ``grammar``, until the caller stops asking or it is done."""
         calls, llm = self._calls, self._llm
-        sampler = llm._init_sampler(
-            top_k=40, top_p=calls.top_p, temp=calls.temperature, repeat_penalty=1.0, grammar=grammar
-        )
-        while True:
-            if self._pending:
-                self.fixed([])
-            if self._cancel.cancelled:
-                self._usage.finish_reason = "cancelled"
-                self.stopped = True
-                return
-            token = sampler.sample(llm._ctx, -1)
-            if calls._cpp.llama_vocab_is_eog(llm._model.vocab, token):
-                return  # the grammar is complete
-            self._pending = [token]
-            self._usage.completion_tokens += 1
-            if self._usage.completion_tokens >= calls.max_tokens:
-                self.stopped = True
-                return
-            yield self._decoder.decode(llm.detokenize([token], special=True))
+        greedy: GreedyGrammarSampler | None = None
+        chain: Any = None
+        if calls.temperature == 0.0:  # the model's best token checked first
+            greedy = GreedyGrammarSampler(llm._model.vocab, llm.n_vocab(), grammar)
+        else:
+            chain = llm._init_sampler(
+                top_k=40, top_p=calls.top_p, temp=calls.temperature, repeat_penalty=1.0,
+                grammar=grammar,
+            )  # fmt: skip
+        try:
+            while True:
+                if self._pending:
+                    self.fixed([])
+                if self._cancel.cancelled:
+                    self._usage.finish_reason = "cancelled"
+                    self.stopped = True
+                    return
+                token = greedy.sample(llm._ctx.ctx) if greedy else chain.sample(llm._ctx, -1)
+                if calls._cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                    return  # the grammar is complete
+                self._pending = [token]
+                self._usage.completion_tokens += 1
+                if self._usage.completion_tokens >= calls.max_tokens:
+                    self.stopped = True
+                    return
+                yield self._decoder.decode(llm.detokenize([token], special=True))
+        finally:
+            if greedy is not None:
+                greedy.close()
 
     def name(
         self, tools: tuple[ToolSpec, ...], grammar: LlamaGrammar
