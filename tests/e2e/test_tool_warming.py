@@ -71,7 +71,6 @@ def test_the_words_so_far_leave_the_request_only_the_rest(
     warmed = len(llm.prompt.tokens(partial_messages, add_header=False, tools=TOOLS)[0]) - 2
     assert all(look_key("warm", name) in llm.solo.looks for name in LOOKS)
     warm_items, warm = answer(llm, "warm", final)
-    looked = [name for name in LOOKS if look_key("warm", name) not in llm.solo.looks]
     llm.forget("warm")
 
     assert warm.reused_tokens >= warmed, (warm.reused_tokens, warmed)
@@ -79,9 +78,10 @@ def test_the_words_so_far_leave_the_request_only_the_rest(
     assert outcome(warm_items) == outcome(cold_items)
     judged = [k for k in warm.extra if k.startswith("tool_call_p")]
     assert judged == [k for k in cold.extra if k.startswith("tool_call_p")]
-    for key in judged:  # chunked evaluation moves a float, not a judgement
-        assert warm.extra[key] == pytest.approx(cold.extra[key], rel=0.1, abs=0.01), key
-    assert "tool_call_p_alone" not in judged or "alone" in looked  # a warmed look was used
+    assert "tool_call_p_alone" in judged  # the router looked at the words alone
+    assert warm.extra.get("looks_warmed", 0) >= 1 and "looks_warmed" not in cold.extra
+    for key in judged:  # evaluated in other chunks, llama.cpp's floats move a few per cent
+        assert warm.extra[key] == pytest.approx(cold.extra[key], rel=0.1, abs=2e-3), key
 
 
 def test_a_warm_leaves_another_calls_state_as_it_was(llm: LlamaLlm) -> None:

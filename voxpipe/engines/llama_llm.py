@@ -311,7 +311,7 @@ class LlamaLlm(LlmEngine):
                     if router.opening_allows(
                         messages, tools, tokens, p_call, usage, self.tool_router_floor, session_id
                     ):
-                        with router.judged_alone(alone, look_key(session_id, "alone")):
+                        with router.judged_alone(alone, look_key(session_id, "alone"), usage):
                             usage.extra["tool_call_p_alone"] = p_alone = (
                                 self._tools.call_probability()
                             )

@@ -62,7 +62,7 @@ class ToolRouter:
         greeting and the caller's last words, when the call began with a greeting."""
         system = [m for m in messages if m.role == "system"]
         rest = [m for m in messages if m.role != "system"]
-        if not rest or rest[-1].role != "user" or len(rest) < 2:
+        if not messages or messages[-1].role != "user" or len(rest) < 2:
             return {}
         looks = {"alone": [*system, rest[-1]]}
         greeting = rest[0]
@@ -105,7 +105,7 @@ class ToolRouter:
         if opening == tokens:  # the call so far is the greeting and these words
             p_opening = p_call
         else:
-            with self.judged_alone(opening, look_key(session_id, "opening")):
+            with self.judged_alone(opening, look_key(session_id, "opening"), usage):
                 p_opening = self.calls.call_probability()
         usage.extra["tool_call_p_opening"] = p_opening
         return p_opening >= floor
@@ -141,7 +141,7 @@ class ToolRouter:
             return None
         said = said_words(messages[-1].content)
         offered = tools
-        with self.judged_alone(alone, look_key(session_id, "alone")):
+        with self.judged_alone(alone, look_key(session_id, "alone"), usage):
             usage.extra["tool_call_p_alone"] = p_alone = self.calls.call_probability()
             for _ in range(LOOKUP_TRIES):
                 if p_alone < threshold or cancel.cancelled:
@@ -194,10 +194,14 @@ class ToolRouter:
         return (items if arguments_said(call.arguments, said) else None), tool
 
     @contextlib.contextmanager
-    def judged_alone(self, alone: list[int], look: str | None = None) -> Iterator[None]:
+    def judged_alone(
+        self, alone: list[int], look: str | None = None, usage: LlmUsage | None = None
+    ) -> Iterator[None]:
         """Inside: the context holds the ``alone`` prompt, evaluated; after: the session's
         state and its next token's logits, as they were. It costs the prefill of the
         caller's words (the instructions' KV is shared; only the last words when a warm
         saved the ``look``) and a copy of the session's KV state both ways."""
-        with self.solo.evaluated_apart(alone, self.calls.logits, look=look):
+        with self.solo.evaluated_apart(alone, self.calls.logits, look=look) as warmed:
+            if warmed and usage is not None:  # how many looks a warm prepared
+                usage.extra["looks_warmed"] = usage.extra.get("looks_warmed", 0) + 1
             yield

@@ -112,16 +112,20 @@ class SoloContext:
         context for ``session_id``, so the request that follows the turn evaluates only what
         the final words add; then each of the router's ``looks`` (a name in :data:`LOOKS`,
         and its prompt so far), evaluated apart and saved, so that the router's look at the
-        turn's end evaluates only the last words too (:meth:`evaluated_apart`). Speculative,
-        so it never makes a request wait for more than one ``chunk``: each chunk takes the
-        cores only when no request is waiting for them, and the warm stops when cancelled,
-        when the call's own request has come, or when another call has taken the context
-        meanwhile. Returns the tokens evaluated."""
+        turn's end evaluates only the last words too (:meth:`evaluated_apart`). Speculative:
+        each chunk waits for the requests already waiting for the cores, the warm stops when
+        cancelled, when the call's own request has come, or when another call has taken the
+        context meanwhile, and it evaluates at most :data:`WARM_CHUNKS` chunks of each (it
+        holds the caller's thread, a runner's; the next partial goes on). Returns the tokens
+        evaluated."""
         asked = self._asked.get(session_id, 0)
         jobs = [("", tokens), *((look_key(session_id, n), t) for n, t in (looks or {}).items())]
         done = 0
         for look, target in jobs:
-            while not cancel.cancelled:
+            reached = 0
+            for _ in range(WARM_CHUNKS):
+                if cancel.cancelled:
+                    return done
                 with self.turns.step():
                     if self._asked.get(session_id, 0) != asked:
                         return done  # the request has the final words: warming more undoes it
@@ -129,27 +133,29 @@ class SoloContext:
                         if done:
                             return done  # another call needed the context
                         self._hold(session_id)
-                    evaluated = (
+                    start, end = (
                         self._warm_look(look, target, chunk)
                         if look
                         else self._warm_own(target, chunk)
                     )
-                if not evaluated:
-                    break
-                done += evaluated
+                done += end - start
+                if end <= reached or end >= len(target):
+                    break  # done, or no further than before (a look's state not kept)
+                reached = end
         return done
 
-    def _warm_own(self, tokens: list[int], chunk: int) -> int:
+    def _warm_own(self, tokens: list[int], chunk: int) -> tuple[int, int]:
+        """Where the chunk evaluated began and ended (the same: nothing left)."""
         llm = self._llm
         reused = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
         if reused >= len(tokens):
-            return 0
+            return reused, reused
         end = min(len(tokens), reused + chunk)
         llm.n_tokens = reused
         llm.eval(tokens[reused:end])
-        return end - reused
+        return reused, end
 
-    def _warm_look(self, look: str, tokens: list[int], chunk: int) -> int:
+    def _warm_look(self, look: str, tokens: list[int], chunk: int) -> tuple[int, int]:
         llm = self._llm
         with self._state_lock:
             saved = self.looks.tokens(look)
@@ -157,11 +163,11 @@ class SoloContext:
         if saved is not None:
             reused = max(reused, common_prefix(saved, tokens))
         if reused >= len(tokens):
-            return 0
+            return reused, reused
         end = min(len(tokens), reused + chunk)
         with self.evaluated_apart(tokens[:end], None, look=look, keep=True):
             pass
-        return end - reused
+        return reused, end
 
     def prefill(
         self, tokens: list[int], keep_last: int, cancel: CancelToken, usage: LlmUsage
@@ -240,13 +246,14 @@ class SoloContext:
         logits: Callable[[], np.ndarray] | None,
         look: str | None = None,
         keep: bool = False,
-    ) -> Iterator[None]:
+    ) -> Iterator[bool]:
         """Inside: the context holds ``prompt``, evaluated; after: the owner's state and its
         next token's logits (``logits()``: the floats the sampler reads), as they were. It
         costs the prefill of what ``prompt`` does not share with the owner's tokens, and a
         copy of the owner's KV state both ways. A ``look`` (:func:`look_key`) saved by a warm
         starts it from that state instead when it shares more of ``prompt`` (the caller's
-        words so far), and is used up; ``keep`` saves the state it leaves under ``look``."""
+        words so far), and is used up; ``keep`` saves the state it leaves under ``look``.
+        Yields whether it started from a warmed look."""
         llm = self._llm
         ids = llm.input_ids[: llm.n_tokens].copy()
         kept_logits = None if logits is None else logits().copy()
@@ -257,16 +264,17 @@ class SoloContext:
         try:
             reach = 0 if saved is None else common_prefix(saved.tokens, prompt)
             reach = min(reach, len(prompt) - 1)
+            warmed = False
             if saved is not None and reach > start:
                 if self._copy_in(saved):
-                    start = reach
+                    start, warmed = reach, True
                 elif not self._copy_in(SavedState(ids, owner)):  # the owner's prefix back
                     raise EngineError("the session's state could not be put back for the router")
             if start < llm.n_tokens:
                 llm._ctx.kv_cache_seq_rm(-1, start, -1)
             llm.n_tokens = start
             llm.eval(prompt[start:])
-            yield
+            yield warmed
             if keep and look is not None:
                 state = SavedState(llm.input_ids[: llm.n_tokens].copy(), self._copy_out())
                 with self._state_lock:
@@ -298,6 +306,9 @@ class SoloContext:
         llm.n_tokens = n
         return True
 
+
+WARM_CHUNKS = 3
+"""Chunks of each of a warm's jobs (the call's prompt, each look) at most, in one warm."""
 
 LOOKS = ("opening", "alone")
 """The router's looks a warm may prepare (``llama_router.py``): the caller's words after the

@@ -11,7 +11,7 @@ import pytest
 
 from voxpipe.engines.base import CancelToken
 from voxpipe.engines.compute_turns import ComputeTurns
-from voxpipe.engines.llama_solo import SoloContext, look_key
+from voxpipe.engines.llama_solo import WARM_CHUNKS, SoloContext, look_key
 from voxpipe.engines.llama_state import SavedState
 
 
@@ -56,8 +56,15 @@ def test_the_words_go_in_a_chunk_at_a_time_after_what_is_there(solo: SoloContext
     fake: FakeLlama = solo._llm
     assert solo.warm("call", list(range(1, 21)), CancelToken(), chunk=8) == 20
     assert [len(e) for e in fake.evals] == [8, 8, 4]
+    # one warm holds a runner's thread: it stops after a few chunks, the next goes on
+    fake.evals.clear()
+    assert solo.warm("call", list(range(1, 101)), CancelToken(), chunk=8) == 8 * WARM_CHUNKS
+    assert solo.warm("call", list(range(1, 101)), CancelToken(), chunk=8) == 8 * WARM_CHUNKS
+    fake.evals.clear()
     fake.evals.clear()
     # the next partial shares the first 20 tokens: only the rest is evaluated
+    solo.warm("call", list(range(1, 21)), CancelToken(), chunk=8)
+    fake.evals.clear()
     assert solo.warm("call", [*range(1, 21), 99, 98], CancelToken(), chunk=8) == 2
     assert fake.evals == [[99, 98]]
     # a partial that differs after token 10 evaluates from there
@@ -94,7 +101,7 @@ def test_the_routers_looks_are_warmed_apart_and_the_call_kept(solo: SoloContext)
     fake: FakeLlama = solo._llm
     words = [50, 51, 52]
     looks = {"opening": [*SYSTEM, *GREETING, *words], "alone": [*SYSTEM, 9, *words]}
-    solo.warm("call", [*CALL, *words], CancelToken(), chunk=8, looks=looks)
+    solo.warm("call", [*CALL, *words], CancelToken(), chunk=16, looks=looks)
     assert list(fake.input_ids[: fake.n_tokens]) == [*CALL, *words]  # the call's own state
     for name, tokens in looks.items():
         assert list(solo.looks.tokens(look_key("call", name))) == tokens
@@ -126,3 +133,15 @@ def test_forgetting_a_call_drops_its_looks(solo: SoloContext) -> None:
     assert look_key("call", "alone") in solo.looks
     solo.forget("call")
     assert len(solo.looks) == 0
+
+
+def test_a_look_that_cannot_be_kept_is_not_evaluated_again_and_again(
+    solo: SoloContext,
+) -> None:
+    """A look's progress is its saved state: with no room for it, a warm must still end."""
+    fake: FakeLlama = solo._llm
+    solo.warm("call", CALL, CancelToken(), chunk=64)
+    fake.evals.clear()
+    solo.looks.max_bytes = 0
+    solo.warm("call", CALL, CancelToken(), chunk=4, looks={"alone": [*SYSTEM, 9, *range(50, 70)]})
+    assert fake.evals == [[9, 50, 51, 52], [9, 50, 51, 52]]  # the second went no further: done
