@@ -11,7 +11,6 @@ and ``clear`` come from the runner's threads, under the batch's lock.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from voxpipe.engines.base import EngineError
-from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
+from voxpipe.engines.llama_state import (
+    SavedState,
+    StateCache,
+    common_prefix,
+    load_sequence_kv,
+    sequence_kv,
+)
 
 
 @dataclass
@@ -140,11 +145,8 @@ class SequenceSlots:
         if slot.owner is None or not slot.tokens:
             slot.owner = None
             return
-        ctx, seq = self._ctx, slot.seq_id
-        size = self._cpp.llama_state_seq_get_size(ctx, seq)
-        buf = (ctypes.c_uint8 * size)()
-        written = self._cpp.llama_state_seq_get_data(ctx, buf, size, seq)
-        state = SavedState(np.asarray(slot.tokens, dtype=np.intc), ctypes.string_at(buf, written))
+        kv = sequence_kv(self._ctx, slot.seq_id)
+        state = SavedState(np.asarray(slot.tokens, dtype=np.intc), kv)
         with self._lock:
             self.states.put(slot.owner, state)
         slot.owner = None
@@ -152,8 +154,7 @@ class SequenceSlots:
     def _restore(self, slot: Slot, state: SavedState) -> bool:
         self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
         slot.tokens = []
-        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
-        if self._cpp.llama_state_seq_set_data(self._ctx, buf, len(state.kv), slot.seq_id) == 0:
+        if not load_sequence_kv(self._ctx, slot.seq_id, state.kv):
             self._cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
             return False
         slot.tokens = [int(t) for t in state.tokens]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import ctypes
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -22,7 +21,13 @@ import numpy as np
 
 from voxpipe.engines.base import CancelToken, EngineError, LlmUsage
 from voxpipe.engines.compute_turns import ComputeTurns
-from voxpipe.engines.llama_state import SavedState, StateCache, common_prefix
+from voxpipe.engines.llama_state import (
+    SavedState,
+    StateCache,
+    common_prefix,
+    load_sequence_kv,
+    sequence_kv,
+)
 from voxpipe.engines.reply_rules import ReplyRules
 
 
@@ -38,12 +43,6 @@ class SoloContext:
         self._owner: str | None = None
         self._asked: dict[str, int] = {}  # requests per call: a warm stops at the call's next
         self._state_lock = threading.Lock()  # states and owner: short critical sections only
-
-    @property
-    def _llm_cpp(self):  # type: ignore[no-untyped-def]
-        import llama_cpp
-
-        return llama_cpp
 
     # -- who holds it ---------------------------------------------------------
 
@@ -288,17 +287,13 @@ class SoloContext:
 
     def _copy_out(self) -> bytes:
         """The KV state of the context's sequence, as bytes."""
-        ctx, cpp = self._llm._ctx.ctx, self._llm_cpp
-        size = cpp.llama_state_seq_get_size(ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        return ctypes.string_at(buf, cpp.llama_state_seq_get_data(ctx, buf, size, 0))
+        return sequence_kv(self._llm._ctx.ctx, 0)
 
     def _copy_in(self, state: SavedState) -> bool:
         """The context holds ``state`` (False: llama.cpp refused it, and holds nothing)."""
-        llm, cpp = self._llm, self._llm_cpp
+        llm = self._llm
         llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        buf = (ctypes.c_uint8 * len(state.kv)).from_buffer_copy(state.kv)
-        if cpp.llama_state_seq_set_data(llm._ctx.ctx, buf, len(state.kv), 0) == 0:
+        if not load_sequence_kv(llm._ctx.ctx, 0, state.kv):
             llm.n_tokens = 0
             return False
         n = len(state.tokens)

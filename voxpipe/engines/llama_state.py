@@ -7,9 +7,11 @@ A sequence another call needs is saved here first, and restored when its call sp
 
 from __future__ import annotations
 
+import ctypes
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +60,24 @@ class StateCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def sequence_kv(ctx: Any, seq: int) -> bytes:
+    """The KV state of sequence ``seq`` of the llama.cpp context ``ctx``, in one copy."""
+    import llama_cpp
+
+    size = llama_cpp.llama_state_seq_get_size(ctx, seq)
+    buf = (ctypes.c_uint8 * size)()
+    return ctypes.string_at(buf, llama_cpp.llama_state_seq_get_data(ctx, buf, size, seq))
+
+
+def load_sequence_kv(ctx: Any, seq: int, kv: bytes) -> bool:
+    """Put ``kv`` (from :func:`sequence_kv`) into the empty sequence ``seq``; False: llama.cpp
+    refused it."""
+    import llama_cpp
+
+    buf = (ctypes.c_uint8 * len(kv)).from_buffer_copy(kv)
+    return bool(llama_cpp.llama_state_seq_set_data(ctx, buf, len(kv), seq))
 
 
 def common_prefix(a: np.ndarray | Sequence[int], b: Sequence[int]) -> int:
