@@ -87,7 +87,16 @@ def llm_figures(config: Config) -> dict[str, Any]:
     for row in rows:
         row["speedup_vs_one"] = round(row["decode_tokens_per_s"] / base, 2)
     llm.batch.close()
-    return {"model": llm.name, "threads": config.llm.threads, "rows": rows}
+    return {"model": llm.name, "threads": config.llm.threads, "build": _llama_build(), "rows": rows}
+
+
+def _llama_build() -> str:
+    """The instruction sets llama.cpp was built for (`make install` picks AVX2 or AVX-512):
+    the same model runs at different speeds on the two, so a figure names its build."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode()
+    return " ".join(f for f in ("AVX2", "AVX512", "AVX512_VNNI") if f"{f} = 1" in info)
 
 
 def stt_figures(config: Config) -> dict[str, Any]:
@@ -191,7 +200,8 @@ def vad_figures() -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = [f"LLM {result['llm']['model']} ({result['llm']['threads']} threads), greedy, "
+    lines = [f"LLM {result['llm']['model']} ({result['llm']['threads']} threads, "
+             f"llama.cpp built for {result['llm'].get('build', '?')}), greedy, "
              f"{TOKENS} tokens a reply", "",
              "| sequences | tokens/s (all calls) | decode step | tokens/s in decode | "
              "vs one | step vs N steps of one |", "|---|---|---|---|---|---|"]  # fmt: skip
