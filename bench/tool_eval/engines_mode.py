@@ -144,15 +144,20 @@ class EngineRun:
 
     @staticmethod
     def _ask_for_made_up(outcome: Outcome, agent: Agent, heard: str) -> None:
-        """As the server's tool round: a call that acts on a value made up whole is not
-        made; the value is asked for."""
+        """As the server's tool round: an optional value made up whole is left out; a call
+        with a required one is not made, and the value is asked for."""
         tools = {t.name: t for t in agent.python_tools}
         own = own_names(agent.instructions)
-        for call in outcome.calls:
+        for i, call in enumerate(outcome.calls):
             tool = tools.get(call.name)
-            if tool is None or tool.spec.read_only or tool.policy.confirm:
+            if tool is None or tool.policy.confirm:
                 continue
-            if made_up := unheard_fields(tool, call.arguments, heard, own, whole=True):
+            made_up = unheard_fields(tool, call.arguments, heard, own, whole=True)
+            required = set(tool.spec.parameters.get("required") or ())
+            if optional := [n for n in made_up if n not in required]:
+                kept = {k: v for k, v in call.arguments.items() if k not in optional}
+                outcome.calls[i] = CalledTool(call.name, kept)
+            if made_up := [n for n in made_up if n in required]:
                 outcome.calls, outcome.reply = [], question_for(made_up)
                 return
 

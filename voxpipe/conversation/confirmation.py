@@ -29,6 +29,7 @@ caller.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import enum
 import json
@@ -42,7 +43,7 @@ from typing import Any
 from voxpipe.agent import Tool
 from voxpipe.conversation.history import History
 from voxpipe.engines.base import ToolCallRequest
-from voxpipe.engines.call_grounding import said_words, values_said
+from voxpipe.engines.call_grounding import said_words, unsaid_numbers, values_said
 
 log = logging.getLogger("voxpipe.tools")
 
@@ -205,6 +206,7 @@ def unheard_fields(
     own: frozenset[str] = frozenset(),
     answer: str = "",
     whole: bool = False,
+    caller: str | None = None,
 ) -> list[str]:
     """The free-text string arguments (no pattern, enum or format in the schema) whose
     words were never ``heard``: only the model could have written them. A word of the
@@ -213,11 +215,18 @@ def unheard_fields(
 
     ``whole``: only values made up whole, of which not one word was heard; and only words
     of letters are judged (a date, a time or a weekday is the model's reading of "tonight"
-    or "at seven", not words to find). A whole number is judged too, said as a word or in
-    digits: a party of 20 from "a table for free people" is asked for."""
+    or "at seven", not words to find); a whole number must have been said, as a word or in
+    digits (a party of 20 from "a table for free people").
+
+    Either way, in any string argument, narrowed by the schema or not: a number nobody
+    said (the "2023" of a date written for a read sentence; a date up to two weeks ahead is
+    the model's reading of "Friday"), and a weekday the caller (``caller``, else ``heard``)
+    never named, are asked for."""
     heard_words = set(_WORD.findall(heard.lower()))
     answered = set(_WORD.findall(answer.lower()))
-    numbers = said_words(f"{heard} {answer}") if whole else frozenset()
+    named = set(_WORD.findall((heard if caller is None else caller).lower())) | answered
+    today = datetime.date.today()
+    numbers = said_words(f"{heard} {answer}")
     properties = tool.spec.parameters.get("properties") or {}
     missing = []
     for name, value in arguments.items():
@@ -226,17 +235,84 @@ def unheard_fields(
             if str(value) not in numbers:  # not 20 for "eight pm", as a lookup may read it
                 missing.append(name)
             continue
-        if not isinstance(value, str) or not isinstance(prop, dict) or not value.strip():
-            continue
-        if prop.get("type") != "string" or any(k in prop for k in _FREE_TEXT_KEYS):
+        if not isinstance(value, str) or not value.strip():
             continue
         words = _WORD.findall(value.lower())
+        if _unsaid_weekday(words, named, today) or (
+            not _coming_day(value, today) and unsaid_numbers(value, numbers)
+        ):
+            missing.append(name)  # "Sunday", "20 October 2023" for a read sentence
+            continue
+        if not isinstance(prop, dict) or prop.get("type") != "string":
+            continue
+        if any(k in prop for k in _FREE_TEXT_KEYS):
+            continue
         if whole:
             words = [w for w in words if w.isalpha() and w not in _CALENDAR_WORDS]
         said = [_was_said(w, answered if w in own else heard_words) for w in words]
         if words and not (any(said) if whole else all(said)):
             missing.append(name)
     return missing
+
+
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        "january february march april may june july august "
+        "september october november december".split(),
+        1,
+    )
+}
+_ISO_DATE = re.compile(r"^\s*(\d{4})-(\d{1,2})-(\d{1,2})\s*$")
+_DAY_MONTH = re.compile(
+    r"^\s*(?:\w+,? )?(\d{1,2})(?:st|nd|rd|th)?(?: of)? ([a-z]+),?(?: (\d{4}))?\s*$"
+)
+_MONTH_DAY = re.compile(r"^\s*(?:\w+,? )?([a-z]+) (\d{1,2})(?:st|nd|rd|th)?,?(?: (\d{4}))?\s*$")
+COMING_DAYS = 14
+"""A date this close ahead is the model's reading of "tomorrow" or "on Friday": its
+numbers need not have been said. A date in the past or further ahead must have been."""
+
+
+def _coming_day(value: str, today: datetime.date) -> bool:
+    """``value`` reads as a date from ``today`` to :data:`COMING_DAYS` ahead ("2026-12-08",
+    "12 December", "Saturday, December 12")."""
+    text = value.lower()
+    year: str | None
+    if match := _ISO_DATE.match(text):
+        year, month, day = match.group(1), int(match.group(2)), int(match.group(3))
+    elif (match := _DAY_MONTH.match(text)) and match.group(2) in _MONTHS:
+        day, month, year = int(match.group(1)), _MONTHS[match.group(2)], match.group(3)
+    elif (match := _MONTH_DAY.match(text)) and match.group(1) in _MONTHS:
+        month, day, year = _MONTHS[match.group(1)], int(match.group(2)), match.group(3)
+    else:
+        return False
+    try:
+        if year is not None:
+            date = datetime.date(int(year), month, day)
+        else:  # the next such day
+            date = datetime.date(today.year, month, day)
+            if date < today:
+                date = datetime.date(today.year + 1, month, day)
+    except ValueError:
+        return False
+    return 0 <= (date - today).days <= COMING_DAYS
+
+
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+
+
+def _unsaid_weekday(words: list[str], heard: set[str], today: datetime.date) -> bool:
+    """A weekday in a value that the caller never named: not said, nor today's or
+    tomorrow's when they said "today", "tonight" or "tomorrow", nor a weekend day when they
+    said "weekend"."""
+    named = {w for w in heard if w in _WEEKDAYS} | {w[:-1] for w in heard if w[:-1] in _WEEKDAYS}
+    if heard & {"today", "tonight"}:
+        named.add(_WEEKDAYS[today.weekday()])
+    if "tomorrow" in heard:
+        named.add(_WEEKDAYS[(today.weekday() + 1) % 7])
+    if heard & {"weekend", "weekends"}:
+        named.update(("saturday", "sunday"))
+    return any(w in _WEEKDAYS and w not in named for w in words)
 
 
 def _is_count(value: object, prop: object) -> bool:

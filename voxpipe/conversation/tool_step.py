@@ -20,8 +20,10 @@ such phrases).
 A call of a tool that asks first (``ToolPolicy.confirm``) is not run when the model makes
 it: the round asks for what the caller never said, or reads the call back and ends the
 reply (ASK); the caller's yes in the next turn runs it (``confirmation.py``). A call of any
-other tool that changes something is asked about, not run, when a value of it was made up
-whole (no word of it said or returned in the call).
+other tool, a lookup too, is asked about, not run, when a value of it was made up whole (no
+word or number of it said or returned in the call): a small model takes a read sentence for
+a request and checks a table for "20 October 2023", and its answer ("That day has already
+passed.") would be a fact about a question nobody asked.
 
 A barge-in stops the round: the ledger cancels a read-only tool and lets any other run to
 its end (``tool_ledger.py``).
@@ -30,7 +32,9 @@ its end (``tool_ledger.py``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
+import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -162,6 +166,7 @@ class ToolRound:
         if not await voice.confirmed():
             return ToolOutcome.STOPPED
         voice.commit_turn()
+        calls = [self._without_made_up_options(c) for c in calls]
         if (asked := self._ask_first(calls)) is not None:
             self._asked = asked
             return ToolOutcome.ASK
@@ -200,40 +205,57 @@ class ToolRound:
 
     def _ask_first(self, calls: Sequence[ToolCallRequest]) -> str | None:
         """What to say instead of running ``calls``: a question for a value the caller
-        never gave (to a tool that changes something), or the readback of a call that
-        waits for their yes; None: run them.
-        Arguments the tool refuses are not asked about: the call runs and fails, and the
-        model reads why."""
+        never gave, or the readback of a call that waits for their yes; None: run them.
+        Arguments the tool refuses are not asked about, unless made up: the call runs and
+        fails, and the model reads why (a date made up in the past would have it say "That
+        day has already passed." to a caller who named no day)."""
         turn_id, confirmation = self._voice.turn_id, self._ledger.confirmation
         for call in calls:
             tool = self._ledger.tool(call.name)
-            if tool is None or call.error or (tool.spec.read_only and not tool.policy.confirm):
+            if tool is None or call.error:
                 continue
             if confirmation.take_approved(turn_id, call):
                 continue
             try:
                 valid = tool.validate(call.arguments)
-            except InvalidArguments:
-                continue
+            except InvalidArguments:  # runs and fails, unless a value of it was made up
+                valid = None
             if unheard := self._unheard(tool, call):
                 confirmation.ask(turn_id, unheard, call)
                 return question_for(unheard)
+            if valid is None:
+                continue
             if tool.policy.confirm:
                 confirmation.hold(PendingAction(turn_id, call))
                 return readback(tool, call.arguments, valid)
         return None
 
+    def _without_made_up_options(self, call: ToolCallRequest) -> ToolCallRequest:
+        """``call`` without the optional values it would be asked about: an argument the
+        caller need not give is left out, not asked for (a booking reference nobody said,
+        written by the model to a cancellation by name)."""
+        tool = self._ledger.tool(call.name)
+        if tool is None or call.error:
+            return call
+        required = set(tool.spec.parameters.get("required") or ())
+        optional = [name for name in self._unheard(tool, call) if name not in required]
+        if not optional:
+            return call
+        arguments = {k: v for k, v in call.arguments.items() if k not in optional}
+        return dataclasses.replace(call, arguments=arguments, arguments_json=json.dumps(arguments))
+
     def _unheard(self, tool: Tool, call: ToolCallRequest) -> list[str]:
         """The values of ``call`` to ask for: for a tool that asks first, any the caller
-        never said; for one that acts at once, any made up whole."""
+        never said; for any other (a lookup too: its answer is to a question nobody asked),
+        any made up whole."""
         turn_id, confirmation = self._voice.turn_id, self._ledger.confirmation
         answering = any(confirmation.answers(turn_id, name) for name in call.arguments)
         answer = self._voice.caller_said() if answering else ""  # to our question
         own = confirmation.own_names()
         if tool.policy.confirm:
             return unheard_fields(tool, call.arguments, confirmation.caller_words(), own, answer)
-        backed = confirmation.backed_words()
-        return unheard_fields(tool, call.arguments, backed, own, answer, whole=True)
+        backed, caller = confirmation.backed_words(), confirmation.caller_words()
+        return unheard_fields(tool, call.arguments, backed, own, answer, True, caller)
 
     def _changed_something(self, call: ToolCallRequest) -> bool:
         tool = self._ledger.tool(call.name)

@@ -30,8 +30,13 @@ _FILLER = frozenset({"00", "am", "pm", "a", "an", "the", "of", "at", "on", "to",
 def said_words(text: str) -> frozenset[str]:
     """The caller's words as the test compares them: lower case, with each number word
     also as its digits (and "half" as 30, "noon" as 12)."""
-    words = set(_WORD.findall(text.lower()))
+    said = _WORD.findall(text.lower())
+    words = set(said)
     words.update(w[:-1] for w in list(words) if len(w) > 3 and w.endswith("s"))  # "Tuesdays"
+    words.update(_digit_runs(said))
+    for word in said:  # "at 730" is the 7 and the 30 of "7:30 pm"
+        if word.isdigit() and len(word) in (3, 4):
+            words.update((str(int(word[:-2])), word[-2:]))
     for n, name in enumerate(_NUMBERS):
         if name in words:
             words.add(str(n))
@@ -46,6 +51,27 @@ def said_words(text: str) -> frozenset[str]:
         if word in words:
             words.update(also)
     return frozenset(words)
+
+
+def _digit_runs(said: list[str]) -> Iterable[str]:
+    """Digits said one by one, run together: "five eight two one" and "5 8 2 1" are the
+    number 5821, as a model writes an order or ticket number it heard that way."""
+    run: list[str] = []
+    for word in [*said, ""]:
+        digit = str(_NUMBERS.index(word)) if word in _NUMBERS[:10] else word
+        if len(digit) == 1 and digit.isdigit():
+            run.append(digit)
+            continue
+        if len(run) > 1:
+            yield "".join(run)
+        run = []
+
+
+def unsaid_numbers(value: object, words: frozenset[str]) -> list[str]:
+    """The numbers in a written value (a day of the month, a year, an order number) that
+    are not among ``words`` (:func:`said_words`); an hour on the 24-hour clock counts as
+    its 12-hour self, and the "00" of a time as said."""
+    return [part for part in _parts([value]) if part.isdigit() and not _heard(part, words)]
 
 
 def arguments_said(arguments: Mapping[str, Any], words: frozenset[str]) -> bool:

@@ -4,11 +4,13 @@ it; a value the caller never said is asked for; and tools are told who is callin
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import AfterValidator
 
 from tests.unit.conversation.harness import Call
 from tests.unit.conversation.tools_support import called, running
@@ -177,6 +179,59 @@ async def test_a_tool_that_acts_at_once_asks_for_a_name_made_up_whole(
     assert ran == [booked]
 
 
+def _not_past(value: str) -> str:
+    if value.endswith("2023"):
+        raise ValueError("That day has already passed.")
+    return value
+
+
+async def test_a_lookup_on_numbers_nobody_said_is_asked_about_not_run(
+    make_call: Callable[..., Call],
+) -> None:
+    """A read sentence taken for a request: the lookup's answer ("That day has already
+    passed.") would be a fact about a question nobody asked. It is not run."""
+    ran: list[dict[str, Any]] = []
+
+    @tool(effect="read_only")
+    async def check_availability(
+        date: Annotated[str, AfterValidator(_not_past)], party_size: int
+    ) -> str:
+        """Whether a table is free."""
+        ran.append({"date": date, "party_size": party_size})
+        return "That day has already passed."
+
+    made_up = {"date": "20 October 2023", "party_size": 2}
+    llm = FakeLlm([called("check_availability", **made_up)], ["Ok."])
+    stt = FakeStt("The family of Dashwood had long been settled in Sussex.")
+    agent = running(check_availability)
+    call = make_call(stt=stt, llm=llm, agent=agent, deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert ran == []
+    assert "already passed" not in call.done(1).text  # type: ignore[union-attr]
+    assert call.done(1).text.endswith("?")  # type: ignore[union-attr]
+
+
+async def test_an_optional_value_nobody_said_is_left_out_not_asked_for(
+    make_call: Callable[..., Call],
+) -> None:
+    ran: list[dict[str, Any]] = []
+
+    @tool(effect="mutating")
+    async def cancel_booking(name: str, reference: str | None = None) -> str:
+        """Cancel a booking."""
+        ran.append({"name": name, "reference": reference})
+        return "cancelled"
+
+    made_up = {"name": "Brown", "reference": "4821"}
+    llm = FakeLlm([called("cancel_booking", **made_up)], ["Done."])
+    stt = FakeStt("I have to cancel Friday's booking for Brown.")
+    call = make_call(stt=stt, llm=llm, agent=running(cancel_booking), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert ran == [{"name": "Brown", "reference": None}]
+
+
 @pytest.mark.parametrize(
     ("heard", "name"),
     [
@@ -267,7 +322,9 @@ def test_a_value_made_up_whole_is_one_with_no_word_of_letters_heard() -> None:
         return "ok"
 
     heard = "book a table for two at seven tonight under the name"
-    derived = {"name": "Smith", "date": "2026-12-07", "time": "19:00", "note": "Friday evening"}
+    today = datetime.date.today()
+    evening = f"{today.strftime('%A')} evening"  # tonight's weekday
+    derived = {"name": "Smith", "date": today.isoformat(), "time": "19:00", "note": evening}
     assert unheard_fields(book, derived, heard, whole=True) == [
         "name"
     ]  # dates and weekdays are derived
@@ -276,6 +333,34 @@ def test_a_value_made_up_whole_is_one_with_no_word_of_letters_heard() -> None:
         "name"
     ]
     assert unheard_fields(book, {"note": "a quiet table"}, heard) == ["note"]  # asks for all
+
+
+def test_a_number_nobody_said_in_a_date_or_a_reference_is_made_up() -> None:
+    """A small model takes a read sentence for a request and writes a date of its own
+    ("20 October 2023"); a date a few days ahead is its reading of "Friday", a number said
+    digit by digit or run together ("at 730") is said."""
+
+    @tool(effect="read_only")
+    async def check(date: str, time: str, order: str = "") -> str:
+        """Check."""
+        return "ok"
+
+    read = "The family of Dashwood had long been settled in Sussex."
+    assert unheard_fields(check, {"date": "20 October 2023"}, read, whole=True) == ["date"]
+    assert unheard_fields(check, {"time": "7 pm"}, read, whole=True) == ["time"]
+    soon = datetime.date.today() + datetime.timedelta(days=4)
+    friday = "is there a table on Friday at 730"
+    for date in (soon.isoformat(), f"{soon.day} {soon.strftime('%B')}", "Friday"):
+        assert unheard_fields(check, {"date": date, "time": "7:30 pm"}, friday, whole=True) == []
+    last_year = (datetime.date.today() - datetime.timedelta(days=365)).isoformat()
+    assert unheard_fields(check, {"date": last_year}, friday, whole=True) == ["date"]
+    assert unheard_fields(check, {"date": "Sunday"}, read, whole=True) == ["date"]
+    tomorrow = (datetime.date.today() + datetime.timedelta(days=1)).strftime("%A")
+    assert unheard_fields(check, {"date": tomorrow}, "tomorrow at eight", whole=True) == []
+    assert unheard_fields(check, {"date": "next Sunday"}, "next weekend", whole=True) == []
+    order = "my order is five eight two one"
+    assert unheard_fields(check, {"order": "5821"}, order, whole=True) == []
+    assert unheard_fields(check, {"order": "5822"}, order, whole=True) == ["order"]
 
 
 def test_a_count_never_said_is_made_up() -> None:

@@ -120,7 +120,9 @@ async def test_a_call_made_again_in_the_same_turn_is_not_run_again(
 
     again = called("opening_hours", "call_2", day="monday")
     llm = FakeLlm([called("opening_hours", day="monday")], [again], ["Noon to ten."])
-    call = make_call(llm=llm, agent=running(opening_hours))
+    call = make_call(
+        stt=FakeStt("when do you open on monday"), llm=llm, agent=running(opening_hours)
+    )
     await call.say()
     await call.idle()
     assert looked_up == ["monday"]
@@ -161,7 +163,10 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
         return "free"
 
     llm = FakeLlm([called("check_availability", party_size=2)], ["Yes", ", we have a table."])
-    call = make_call(llm=llm, agent=running(check_availability), deadlines={"filler": ""})
+    call = make_call(
+        stt=FakeStt("a table for two"), llm=llm, agent=running(check_availability),
+        deadlines={"filler": ""},
+    )  # fmt: skip
     sent_at: list[float] = []
     send = call.session.replies.ctx.send_audio
 
@@ -206,7 +211,10 @@ async def test_a_phrase_made_at_start_up_is_said_without_the_tts(
     phrases = Filler.synthesize_all(phrases_of(agent.toolbox), FakeTts())
     assert {"Let me check the book.", DEFAULT_TIMEOUT_PHRASE, "Almost there."} <= set(phrases)
     llm = FakeLlm([called("check_availability", party_size=2)], ["Yes", ", we have one."])
-    call = make_call(llm=llm, agent=agent, deadlines={"filler": ""}, phrases=phrases)
+    call = make_call(
+        stt=FakeStt("a table for two"), llm=llm, agent=agent, deadlines={"filler": ""},
+        phrases=phrases,
+    )  # fmt: skip
     await call.say()
     await call.idle()
 
@@ -276,7 +284,7 @@ async def test_barge_in_cancels_a_read_only_tool_and_the_model_sees_it(
 
     llm = FakeLlm([called("look_up", order="42")], ["Sure."])
     call = make_call(
-        stt=FakeStt("where is my order", "never mind"), llm=llm, agent=running(look_up)
+        stt=FakeStt("where is my order 42", "never mind"), llm=llm, agent=running(look_up)
     )
     await call.say()
     await call.until(lambda: call.of(ToolStarted))
