@@ -34,13 +34,12 @@ a sentence that only sounds like one, which costs a lookup, not a wrong fact.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from voxpipe.agent import Tool
-from voxpipe.conversation.confirmation import question_for
+from voxpipe.conversation.confirmation import leave_out, question_for
 from voxpipe.engines.base import ChatMessage, ToolCallRequest, ToolSpec
 from voxpipe.engines.call_grounding import said_words, values_said
 
@@ -288,16 +287,10 @@ def grounded_call(
     rather than guessed. ``words``: the caller's (:func:`known_words` of their messages)."""
     if spec is None or call.error:
         return call, []
-    required = set(spec.parameters.get("required", ()))
-    kept, unsaid = {}, []
-    for name, value in call.arguments.items():
-        if values_said({name: value}, words):
-            kept[name] = value
-        elif name in required:
-            unsaid.append(name)
-    if len(kept) == len(call.arguments):
-        return call, unsaid
-    return replace(call, arguments=kept, arguments_json=json.dumps(kept)), unsaid
+    unsaid = (
+        name for name, value in call.arguments.items() if not values_said({name: value}, words)
+    )
+    return leave_out(call, spec, unsaid)
 
 
 def _backed(value: str, known: frozenset[str]) -> bool:

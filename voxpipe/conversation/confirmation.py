@@ -42,7 +42,7 @@ from typing import Any
 
 from voxpipe.agent import Tool
 from voxpipe.conversation.history import History
-from voxpipe.engines.base import ToolCallRequest
+from voxpipe.engines.base import ToolCallRequest, ToolSpec
 from voxpipe.engines.call_grounding import said_words, unsaid_numbers, values_said
 
 log = logging.getLogger("voxpipe.tools")
@@ -224,7 +224,7 @@ def unheard_fields(
     never named, are asked for."""
     heard_words = set(_WORD.findall(heard.lower()))
     answered = set(_WORD.findall(answer.lower()))
-    named = set(_WORD.findall((heard if caller is None else caller).lower())) | answered
+    named = said_words(f"{heard if caller is None else caller} {answer}")
     today = datetime.date.today()
     numbers = said_words(f"{heard} {answer}")
     properties = tool.spec.parameters.get("properties") or {}
@@ -301,18 +301,33 @@ def _coming_day(value: str, today: datetime.date) -> bool:
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 
 
-def _unsaid_weekday(words: list[str], heard: set[str], today: datetime.date) -> bool:
-    """A weekday in a value that the caller never named: not said, nor today's or
-    tomorrow's when they said "today", "tonight" or "tomorrow", nor a weekend day when they
-    said "weekend"."""
-    named = {w for w in heard if w in _WEEKDAYS} | {w[:-1] for w in heard if w[:-1] in _WEEKDAYS}
-    if heard & {"today", "tonight"}:
+def _unsaid_weekday(words: list[str], heard: frozenset[str], today: datetime.date) -> bool:
+    """A weekday in a value that the caller never named (``heard``: :func:`said_words`, so
+    "Tuesdays" is "tuesday" and "tonight" is "today"): not said, nor today's or tomorrow's
+    when they said "today" or "tomorrow", nor a weekend day when they said "weekend"."""
+    named = set(heard)
+    if "today" in heard:
         named.add(_WEEKDAYS[today.weekday()])
     if "tomorrow" in heard:
         named.add(_WEEKDAYS[(today.weekday() + 1) % 7])
-    if heard & {"weekend", "weekends"}:
+    if "weekend" in heard:
         named.update(("saturday", "sunday"))
     return any(w in _WEEKDAYS and w not in named for w in words)
+
+
+def leave_out(
+    call: ToolCallRequest, spec: ToolSpec, unsaid: Iterable[str]
+) -> tuple[ToolCallRequest, list[str]]:
+    """``call`` less the ``unsaid`` arguments its schema does not require (an argument the
+    caller need not give is left out, not asked for), and the required ones, to ask for."""
+    required = set(spec.parameters.get("required", ()))
+    unsaid = list(unsaid)
+    optional = {name for name in unsaid if name not in required}
+    asked = [name for name in unsaid if name in required]
+    if not optional:
+        return call, asked
+    kept = {k: v for k, v in call.arguments.items() if k not in optional}
+    return dataclasses.replace(call, arguments=kept, arguments_json=json.dumps(kept)), asked
 
 
 def _is_count(value: object, prop: object) -> bool:

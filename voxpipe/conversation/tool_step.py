@@ -32,9 +32,7 @@ its end (``tool_ledger.py``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
-import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -42,6 +40,7 @@ from typing import Protocol
 from voxpipe.agent import InvalidArguments, Tool, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.conversation.confirmation import (
     PendingAction,
+    leave_out,
     question_for,
     readback,
     unheard_fields,
@@ -237,12 +236,7 @@ class ToolRound:
         tool = self._ledger.tool(call.name)
         if tool is None or call.error:
             return call
-        required = set(tool.spec.parameters.get("required") or ())
-        optional = [name for name in self._unheard(tool, call) if name not in required]
-        if not optional:
-            return call
-        arguments = {k: v for k, v in call.arguments.items() if k not in optional}
-        return dataclasses.replace(call, arguments=arguments, arguments_json=json.dumps(arguments))
+        return leave_out(call, tool.spec, self._unheard(tool, call))[0]
 
     def _unheard(self, tool: Tool, call: ToolCallRequest) -> list[str]:
         """The values of ``call`` to ask for: for a tool that asks first, any the caller
