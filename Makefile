@@ -20,16 +20,17 @@ install: $(STAMP)
 
 # llama.cpp, built for an instruction set rather than for this CPU: on CPUs with AMX
 # (Xeon Sapphire Rapids and later) llama.cpp's AMX matmul kernels crash (SIGSEGV) on the
-# 896-wide layers of Qwen2.5-0.5B, so AMX is never built. The default is AVX2.
-# `make install LLAMA_ISA=auto` builds for AVX-512 when the CPU has every extension below
-# (prompts evaluate 1.5x faster on the project's 2-core EPYC: docs/benchmarks.md, "llama.cpp
-# built for AVX-512"); not the default yet, because the model's greedy choices move with
-# the build and two end_call tests then get a goodbye in words without the call.
+# 896-wide layers of Qwen2.5-0.5B, so AMX is never built. By default (LLAMA_ISA=auto) it is
+# built for AVX-512 when the CPU has every extension below (prompts evaluate 1.5x faster on
+# the project's 2-core EPYC: docs/benchmarks.md, "llama.cpp built for AVX-512"), else for
+# AVX2; `make install LLAMA_ISA=avx2` forces AVX2. The model's greedy choices move a little
+# with the build (floats added in another order): behaviour that rested on one such choice
+# (a goodbye said without end_call) now rests on rules.
 # Each build's wheel is cached in a folder of its own, so a wheel built with other flags
 # (pip's cache does not key on CMAKE_ARGS) is never picked up.
 LLAMA         := llama-cpp-python[server]==0.3.36
 LLAMA_AVX512_FLAGS := avx512f avx512cd avx512dq avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16
-LLAMA_ISA     ?= avx2
+LLAMA_ISA     ?= auto
 ifeq ($(LLAMA_ISA),auto)
 override LLAMA_ISA := $(shell flags="$$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) "; \
                    for f in $(LLAMA_AVX512_FLAGS); do \

@@ -7,7 +7,9 @@ up unless the TwiML goes on after ``<Connect>``; a native client gets ``call.end
 closes itself. OpenAI Realtime has no such event, and its clients hang up themselves. A
 reply the caller talks over is not the last: the end is called off (they had more to say).
 It runs only when the caller's words close the call ("goodbye", "that's all":
-``closing.py``); otherwise the call is dropped and the model answers without tools.
+``closing.py``); otherwise the call is dropped and the model answers without tools. When
+they do and the model says goodbye in words without calling it, the goodbye it said stands
+for the call (``ToolPolicy.implied_by_reply``): the call ends after it has played.
 
 ``transfer_call_to(target)``: hands the call to a person at ``target`` after saying so
 (``transfer_to`` in an agent file), when the caller asks for one.
@@ -42,7 +44,12 @@ def end_call_saying(goodbye: str = DEFAULT_GOODBYE) -> PythonTool:
     return python_tool(
         end_call,
         description=DESCRIPTION,
-        policy=ToolPolicy(idempotent=True, says="goodbye", only_if_caller_said=closes_the_call),
+        policy=ToolPolicy(
+            idempotent=True,
+            says="goodbye",
+            only_if_caller_said=closes_the_call,
+            implied_by_reply=closes_the_call,
+        ),
     )
 
 

@@ -124,6 +124,13 @@ class ToolPolicy:
     small model reaches for too readily, where a wrong call costs the call itself
     (``end_call`` hangs up only after a goodbye)."""
 
+    implied_by_reply: Callable[[str], bool] | None = None
+    """For a tool with no required arguments and an ``only_if_caller_said`` gate: a reply
+    the model gave in words, with no call, that passes this stands for the call, when the
+    caller's words pass the gate. A small model answers "Bye!" with "Goodbye!" and forgets
+    ``end_call`` on one greedy choice in a few (which build of llama.cpp ran it decides),
+    and a call left open after both sides said goodbye is a caller hanging up on silence."""
+
     def says_in(self, output: object) -> str | None:
         """The sentence this tool's ``output`` says, if it has one."""
         if not self.says or not isinstance(output, dict):
@@ -147,6 +154,7 @@ class PolicyOptions(TypedDict, total=False):
     says: str
     confirm: bool | str | Callable[[dict[str, Any]], str]
     only_if_caller_said: Callable[[str], bool] | None
+    implied_by_reply: Callable[[str], bool] | None
 
 
 class Tool(ABC):

@@ -81,3 +81,34 @@ def test_closing_words() -> None:
         assert closes_the_call(said), said
     for said in ["What time do you open on Sunday?", "Thank you.", "Book a table.", ""]:
         assert not closes_the_call(said), said
+
+
+async def test_a_goodbye_said_in_words_to_a_goodbye_ends_the_call(
+    make_call: Callable[..., Call],
+) -> None:
+    llm = FakeLlm(["Goodbye, have a nice day!"])  # the model forgot end_call
+    call = make_call(stt=FakeStt("thank you, that's all, bye"), llm=llm, agent=running(end_call))
+    await call.say()
+    await call.until(lambda: bool(call.of(CallEnded)), within_s=10)
+
+    done = call.done(1)
+    assert done is not None and done.text == "Goodbye, have a nice day!"  # not a second goodbye
+    frames = [e for e in call.sent if isinstance(e, AudioOut)]
+    assert frames and call.sent.index(call.of(CallEnded)[0]) > call.sent.index(frames[-1])
+    assert len(llm.calls) == 1  # the tool's result is not asked about
+    assistant = [m for m in call.session.history.turns if m.role == "assistant"]
+    assert [m.content for m in assistant] == ["Goodbye, have a nice day!"]
+    assert [c.name for c in assistant[0].tool_calls] == ["end_call"]
+
+
+async def test_words_alone_end_nothing_without_both_goodbyes(
+    make_call: Callable[..., Call],
+) -> None:
+    for heard, said in [("what time do you open", "We open at noon. Goodbye!"),
+                        ("thanks, bye", "Is there anything else I can help with?")]:  # fmt: skip
+        llm = FakeLlm([said])
+        call = make_call(stt=FakeStt(heard), llm=llm, agent=running(end_call))
+        await call.say()
+        await call.idle()
+        assert call.of(CallEnded) == [], (heard, said)
+        assert call.session.counts["ended_by_agent"] == 0
