@@ -32,7 +32,12 @@ from bench.tool_eval.outcome import CalledTool, Outcome, arguments_of
 from voxpipe.agent import Agent
 from voxpipe.config import Config
 from voxpipe.conversation.claims import ClaimGate, ClaimRules, forced_calls, known_words
-from voxpipe.conversation.confirmation import own_names, question_for, unheard_fields
+from voxpipe.conversation.confirmation import (
+    as_said,
+    own_names,
+    question_for,
+    unheard_fields,
+)
 from voxpipe.engines.base import (
     CancelToken,
     ChatMessage,
@@ -144,13 +149,19 @@ class EngineRun:
 
     @staticmethod
     def _ask_for_made_up(outcome: Outcome, agent: Agent, heard: str) -> None:
-        """As the server's tool round: an optional value made up whole is left out; a call
-        with a required one is not made, and the value is asked for."""
+        """As the server's tool round: a time or weekday written other than the caller
+        said it is put back as said; an optional value made up whole is left out; a call with a
+        required one is not made, and the value is asked for."""
         tools = {t.name: t for t in agent.python_tools}
         own = own_names(agent.instructions)
         for i, call in enumerate(outcome.calls):
             tool = tools.get(call.name)
-            if tool is None or tool.policy.confirm:
+            if tool is None:
+                continue
+            written = ToolCallRequest("", call.name, dict(call.arguments), "")
+            if (said := as_said(tool, written, heard)) is not written:
+                outcome.calls[i] = call = CalledTool(call.name, dict(said.arguments))
+            if tool.policy.confirm:
                 continue
             made_up = unheard_fields(tool, call.arguments, heard, own, whole=True)
             required = set(tool.spec.parameters.get("required") or ())

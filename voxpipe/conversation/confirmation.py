@@ -40,8 +40,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from voxpipe.agent import Tool
+from voxpipe.agent import InvalidArguments, Tool
 from voxpipe.conversation.history import History
+from voxpipe.conversation.said_days import day_written_as, is_a_day, the_day_said
+from voxpipe.conversation.said_times import is_a_time, the_time_said, written_as
 from voxpipe.engines.base import ToolCallRequest, ToolSpec
 from voxpipe.engines.call_grounding import said_words, unsaid_numbers, values_said
 
@@ -328,6 +330,40 @@ def leave_out(
         return call, asked
     kept = {k: v for k, v in call.arguments.items() if k not in optional}
     return dataclasses.replace(call, arguments=kept, arguments_json=json.dumps(kept)), asked
+
+
+def as_said(tool: Tool, call: ToolCallRequest, words: str) -> ToolCallRequest:
+    """``call`` with each time and day it wrote put back as the one time and the one
+    weekday the caller's ``words`` name, where they differ ("seven thirty" written as
+    10:30 pm, "Friday" as 20 October 2023): ``said_times.py``, ``said_days.py``. Kept as
+    written when the caller named none or several, when the call holds two times or two
+    days (a stay's arrival and departure), or when the tool refuses the new values."""
+    time, day = the_time_said(words), the_day_said(words)
+    values = call.arguments.values()
+    if sum(map(is_a_time, values)) > 1:  # from and to: which is which is the model's
+        time = None
+    if sum(map(is_a_day, values)) > 1:  # a stay's first and last days
+        day = None
+    if (time is None and day is None) or call.error:
+        return call
+    today = datetime.date.today()
+    arguments = dict(call.arguments)
+    for name, value in call.arguments.items():
+        if not isinstance(value, str):
+            continue
+        again = written_as(value, time) if time is not None else None
+        if again is None and day is not None:
+            again = day_written_as(value, day, today)
+        if again is not None:
+            arguments[name] = again
+    if arguments == dict(call.arguments):
+        return call
+    try:
+        tool.validate(arguments)
+    except InvalidArguments:
+        return call
+    log.info("%s: written again as said: %s -> %s", call.name, call.arguments, arguments)
+    return dataclasses.replace(call, arguments=arguments, arguments_json=json.dumps(arguments))
 
 
 def _is_count(value: object, prop: object) -> bool:

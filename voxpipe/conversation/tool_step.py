@@ -40,6 +40,7 @@ from typing import Protocol
 from voxpipe.agent import InvalidArguments, Tool, ToolCall, ToolEffect, ToolResult, ToolStatus
 from voxpipe.conversation.confirmation import (
     PendingAction,
+    as_said,
     leave_out,
     question_for,
     readback,
@@ -159,6 +160,7 @@ class ToolRound:
         voice, ledger = self._voice, self._ledger
         answer = voice.caller_said()
         calls = [ledger.confirmation.completed(voice.turn_id, c, answer) for c in calls]
+        calls = [self._as_said(c, answer) for c in calls]
         calls = [c for c in calls if not ledger.made_before(voice.turn_id, c) and self._allowed(c)]
         if not calls:
             return ToolOutcome.REPEATED
@@ -228,6 +230,10 @@ class ToolRound:
                 confirmation.hold(PendingAction(turn_id, call))
                 return readback(tool, call.arguments, valid)
         return None
+
+    def _as_said(self, call: ToolCallRequest, answer: str) -> ToolCallRequest:
+        tool = self._ledger.tool(call.name)
+        return call if tool is None else as_said(tool, call, answer)
 
     def _without_made_up_options(self, call: ToolCallRequest) -> ToolCallRequest:
         """``call`` without the optional values it would be asked about: an argument the

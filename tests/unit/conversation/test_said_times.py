@@ -1,0 +1,184 @@
+"""The time a caller said, read from their words and put back where the model wrote
+another (``said_times.py``), and a tool round that runs on it rather than asking."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.unit.conversation.harness import Call
+from tests.unit.conversation.tools_support import called, running
+from tests.unit.fakes import FakeLlm, FakeStt
+from voxpipe.agent import tool
+from voxpipe.conversation.confirmation import as_said
+from voxpipe.conversation.said_days import coming, day_written_as, the_day_said
+from voxpipe.conversation.said_times import SaidTime, the_time_said, times_said, written_as
+
+
+@pytest.mark.parametrize(
+    ("words", "dial"),
+    [
+        ("Is there anything free tonight at seven thirty for two people?", (7, 30)),
+        ("a table for eight at seven", (7, 0)),
+        ("for two at 7.30pm", (7, 30)),
+        ("half past six please", (6, 30)),
+        ("quarter to eight", (7, 45)),
+        ("quarter to one", (12, 45)),
+        ("at 730 on Friday", (7, 30)),
+        ("around 1930", (7, 30)),
+        ("seven o'clock", (7, 0)),
+        ("eight p.m.", (8, 0)),
+        ("seven fifteen in the evening", (7, 15)),
+        ("noon", (12, 0)),
+    ],
+)
+def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> None:
+    said = the_time_said(words)
+    assert said is not None and said.on_the_dial == dial, times_said(words)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "Book for seven people on Friday",  # a party
+        "a table for two, thirty minutes from now",
+        "my reference is five eight two one",
+        "order 5821",
+        "at seven or seven thirty",  # two times: which one is the model's to choose
+        "He was not an ill-disposed young man.",
+        "",
+    ],
+)
+def test_no_time_or_several_is_none(words: str) -> None:
+    assert the_time_said(words) is None, times_said(words)
+
+
+def test_written_in_the_models_form() -> None:
+    assert written_as("10:30 pm", SaidTime(7, 30)) == "7:30 pm"
+    assert written_as("12:30 PM", SaidTime(6, 30)) == "6:30 PM"
+    assert written_as("22:30", SaidTime(7, 30)) == "19:30"  # the model's evening stands
+    assert written_as("8 pm", SaidTime(7, 0)) == "7 pm"
+    assert written_as("9:00 a.m.", SaidTime(7, 30, "pm")) == "7:30 p.m."  # the caller's pm
+    assert written_as("09:00", SaidTime(19, 0)) == "19:00"
+    assert written_as("7 pm", SaidTime(7, 0)) is None  # already as said
+    assert written_as("19:00", SaidTime(7, 0)) is None
+    assert written_as("4", SaidTime(7, 0)) is None  # a bare number may be a count
+    assert written_as("Friday", SaidTime(7, 0)) is None
+
+
+def _availability(ran: list[dict[str, Any]]) -> Any:
+    @tool(effect="read_only", says="message")
+    async def check_availability(day: str, time: str, party_size: int) -> dict[str, str]:
+        """Whether a table is free."""
+        ran.append({"day": day, "time": time, "party_size": party_size})
+        return {"message": f"Yes, {time} is free."}
+
+    return check_availability
+
+
+async def test_a_time_written_wrong_runs_as_said_not_asked_for(
+    make_call: Callable[..., Call],
+) -> None:
+    """ "seven thirty" written as 10:30 pm used to be asked for again ("What time should I
+    use?"); a table for eight at seven, written for 8 pm, ran at eight."""
+    for heard, wrong, right in [
+        ("Is there anything free tonight at seven thirty for two people?", "10:30 pm", "7:30 pm"),
+        ("Can I get a table for eight at seven tonight?", "8 pm", "7 pm"),
+    ]:
+        ran: list[dict[str, Any]] = []
+        size = 2 if "two" in heard else 8
+        written = called("check_availability", day="today", time=wrong, party_size=size)
+        llm = FakeLlm([written], ["Never asked."])
+        call = make_call(
+            stt=FakeStt(heard), llm=llm, agent=running(_availability(ran)),
+            deadlines={"filler": ""},
+        )  # fmt: skip
+        await call.say()
+        await call.idle()
+        assert ran == [{"day": "today", "time": right, "party_size": size}], heard
+        done = call.done(1)
+        assert done is not None and done.text == f"Yes, {right} is free."
+        (assistant,) = [m for m in call.session.history.turns if m.tool_calls]
+        assert assistant.tool_calls[0].arguments["time"] == right  # the model sees it so
+
+
+async def test_a_time_not_said_is_still_asked_for(make_call: Callable[..., Call]) -> None:
+    ran: list[dict[str, Any]] = []
+    written = called("check_availability", day="today", time="9 pm", party_size=2)
+    llm = FakeLlm([written], ["Never asked."])
+    stt = FakeStt("Is there anything free tonight for two people?")
+    agent = running(_availability(ran))
+    call = make_call(stt=stt, llm=llm, agent=agent, deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    assert ran == []
+    done = call.done(1)
+    assert done is not None and "time" in done.text and done.text.endswith("?")
+
+
+TODAY = datetime.date(2026, 12, 7)  # a Monday
+
+
+@pytest.mark.parametrize(
+    ("words", "day"),
+    [
+        ("Please book me a table for three on Friday at 730", "friday"),
+        ("Are you open on Sundays?", "sunday"),
+        ("Friday, or maybe Saturday", None),  # two days
+        ("this Friday, the 11th", None),  # a date said too
+        ("tomorrow, that's Tuesday", None),
+        ("a table for two at seven", None),
+    ],
+)
+def test_the_day_said(words: str, day: str | None) -> None:
+    assert the_day_said(words) == day
+
+
+def test_a_day_written_in_the_models_form() -> None:
+    assert day_written_as("2023-10-20", "friday", TODAY) == "2026-12-11"
+    assert day_written_as("20 October 2023", "friday", TODAY) == "11 December 2026"
+    assert day_written_as("October 20", "friday", TODAY) == "December 11"
+    assert day_written_as("Saturday", "friday", TODAY) == "Friday"
+    assert day_written_as("saturday", "monday", TODAY) == "monday"
+    assert day_written_as("friday", "friday", TODAY) is None
+    assert day_written_as("next Friday", "friday", TODAY) is None
+    assert day_written_as("2026-12-18", "friday", TODAY) is None  # a later Friday stands
+    assert day_written_as("11 December", "friday", TODAY) is None
+    assert day_written_as("7 pm", "friday", TODAY) is None
+    assert coming("monday", TODAY) == TODAY
+
+
+async def test_a_weekday_written_as_a_past_date_runs_as_said(
+    make_call: Callable[..., Call],
+) -> None:
+    ran: list[dict[str, Any]] = []
+    written = called("check_availability", day="2023-10-20", time="7:30 pm", party_size=3)
+    llm = FakeLlm([written], ["Never asked."])
+    stt = FakeStt("Is there a table for three on Friday at 730?")
+    agent = running(_availability(ran))
+    call = make_call(stt=stt, llm=llm, agent=agent, deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    friday = coming("friday", datetime.date.today()).isoformat()
+    assert ran == [{"day": friday, "time": "7:30 pm", "party_size": 3}]
+
+
+def test_a_call_with_two_days_or_two_times_is_left_as_written() -> None:
+    @tool(effect="read_only")
+    async def room_availability(check_in: str, check_out: str) -> str:
+        """Whether a room is free."""
+        return "free"
+
+    stay = called("room_availability", check_in="2026-12-11", check_out="2026-12-13")
+    assert as_said(room_availability, stay, "a room from Friday for two nights") is stay
+
+    @tool(effect="read_only")
+    async def free_slots(after: str, before: str) -> str:
+        """Free appointments."""
+        return "none"
+
+    slots = called("free_slots", after="9 am", before="5 pm")
+    assert as_said(free_slots, slots, "anything at ten thirty") is slots

@@ -1,0 +1,198 @@
+"""The time of day a caller said, put back where the model wrote another.
+
+A small model reads "seven thirty" and writes ``10:30 pm``; "this Thursday at six thirty"
+comes out as ``12:30 PM``. The made-up value check (``confirmation.unheard_fields``) then
+asks "What time should I use?" of a caller who said it, and a time the model took from
+another number the caller said ("a table for eight at seven" written as ``8 pm``) passes
+that check and runs. When the caller's words of the turn name exactly one time, a
+time-shaped value that differs from it is written again as that time, in the form the model
+used (``7:30 pm``, ``19:30``), and the tool's own validation has the last word.
+
+Only a clock time with its context is read as one: "at seven", "seven thirty", "7:30",
+"half past six", "8 pm", "eight o'clock", "noon"; "a table for seven" is a party, not a
+time, and "5821" is a reference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+).split()
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
+_BEFORE_A_TIME = frozenset({"at", "around", "about", "by", "until", "till", "from", "after"})
+_NOT_A_TIME_AFTER = frozenset(
+    "people persons person guests of us adults children kids minutes hours nights days "
+    "rooms tickets pounds dollars euros percent".split()
+)
+_TOKEN = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+")
+_TIME_VALUE = re.compile(r"^\s*(\d{1,2})(?::(\d{2}))?(\s*)([ap]\.?m\.?)?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SaidTime:
+    """A clock time as said: ``hour`` 1-12 unless said on the 24-hour clock (13-23, 0),
+    ``meridiem`` "am", "pm" or None when the caller left it to be understood."""
+
+    hour: int
+    minute: int
+    meridiem: str | None = None
+
+    @property
+    def on_the_dial(self) -> tuple[int, int]:
+        """Hour (1-12) and minute: what "seven thirty" and 19:30 share."""
+        return (self.hour - 1) % 12 + 1, self.minute
+
+
+def times_said(text: str) -> list[SaidTime]:
+    """The clock times in a caller's words, in order."""
+    text = text.lower().replace("p.m.", "pm").replace("a.m.", "am").replace("o'clock", "oclock")
+    text = re.sub(r"\b(\d{1,2})\.(\d{2})\b", r"\1:\2", text)  # "7.30"
+    words = _TOKEN.findall(text)
+    found: list[SaidTime] = []
+    i = 0
+    while i < len(words):
+        said, used = _time_at(words, i)
+        if said is not None:
+            found.append(said)
+            i += used
+        else:
+            i += 1
+    return found
+
+
+def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
+    """A time starting at ``words[i]`` and how many words it takes."""
+    word = words[i]
+    if word in ("noon", "midday"):
+        return SaidTime(12, 0, "pm"), 1
+    if word == "midnight":
+        return SaidTime(12, 0, "am"), 1
+    if word in ("half", "quarter") and i + 2 < len(words) and words[i + 1] in ("past", "to"):
+        hour = _hour(words[i + 2])
+        if hour is None:
+            return None, 0
+        minute = 30 if word == "half" else 15
+        if words[i + 1] == "to":
+            if word == "half":
+                return None, 0
+            hour, minute = (hour - 2) % 12 + 1, 45
+        meridiem, extra = _meridiem(words, i + 3)
+        return SaidTime(hour, minute, meridiem), 3 + extra
+    if ":" in word:
+        hour, minute = (int(part) for part in word.split(":"))
+        if hour > 23 or minute > 59:
+            return None, 0
+        meridiem, extra = _meridiem(words, i + 1)
+        return SaidTime(hour, minute, meridiem), 1 + extra
+    context = i > 0 and words[i - 1] in _BEFORE_A_TIME
+    if word.isdigit() and len(word) in (3, 4):  # "at 730", "1930"
+        hour, minute = int(word[:-2]), int(word[-2:])
+        meridiem, extra = _meridiem(words, i + 1)
+        if hour > 23 or minute > 59 or not (context or meridiem):
+            return None, 0
+        return SaidTime(hour, minute, meridiem), 1 + extra
+    hour = _hour(word)
+    if hour is None:
+        return None, 0
+    minute, taken = _minutes(words, i + 1)
+    meridiem, extra = _meridiem(words, i + 1 + taken)
+    after = words[i + 1 + taken + extra] if i + 1 + taken + extra < len(words) else ""
+    if after in _NOT_A_TIME_AFTER or (after == "of" and not taken):
+        return None, 0
+    if not (context or taken or meridiem):
+        return None, 0
+    return SaidTime(hour, minute, meridiem), 1 + taken + extra
+
+
+def _hour(word: str) -> int | None:
+    if word.isdigit():
+        n = int(word)
+    elif word in _NUMBER_WORDS:
+        n = _NUMBER_WORDS.index(word)
+    else:
+        return None
+    return n if 1 <= n <= 12 else None
+
+
+def _minutes(words: list[str], i: int) -> tuple[int, int]:
+    """The minutes after an hour ("thirty", "forty five", "oh five", "15", "oclock") and
+    the words they take; (0, 0) for none."""
+    if i >= len(words):
+        return 0, 0
+    word = words[i]
+    if word == "oclock":
+        return 0, 1
+    if word.isdigit() and len(word) == 2 and int(word) < 60:
+        return int(word), 1
+    if word in ("oh", "o") and i + 1 < len(words) and words[i + 1] in _NUMBER_WORDS[1:10]:
+        return _NUMBER_WORDS.index(words[i + 1]), 2
+    if word in _TENS:
+        tens = _TENS[word]
+        if i + 1 < len(words) and words[i + 1] in _NUMBER_WORDS[1:10]:
+            return tens + _NUMBER_WORDS.index(words[i + 1]), 2
+        return tens, 1
+    if word in _NUMBER_WORDS[10:20]:  # "seven fifteen"; "seven ten"
+        return _NUMBER_WORDS.index(word), 1
+    return 0, 0
+
+
+def _meridiem(words: list[str], i: int) -> tuple[str | None, int]:
+    if i < len(words) and words[i] in ("am", "pm"):
+        return words[i], 1
+    if i + 2 < len(words) and words[i : i + 2] == ["in", "the"]:
+        if words[i + 2] in ("evening", "afternoon", "night"):
+            return "pm", 3
+        if words[i + 2] == "morning":
+            return "am", 3
+    if i < len(words) and words[i] == "tonight":
+        return "pm", 0  # the word is the day's too: left for the next reader
+    return None, 0
+
+
+def the_time_said(text: str) -> SaidTime | None:
+    """The one time the words name (said once or more); None for none or several."""
+    times = {said.on_the_dial: said for said in times_said(text)}
+    return next(iter(times.values())) if len(times) == 1 else None
+
+
+def is_a_time(value: object) -> bool:
+    """``value`` is written as a clock time ("7 pm", "19:30", "noon"), not a bare number."""
+    if not isinstance(value, str):
+        return False
+    match = _TIME_VALUE.match(value)
+    return value.strip().lower() == "noon" or (
+        match is not None and bool(match.group(2) or match.group(4))
+    )
+
+
+def written_as(value: str, said: SaidTime) -> str | None:
+    """``said`` in the form of the model's time ``value`` ("10:30 pm" -> "7:30 pm",
+    "22:30" -> "19:30"); None when ``value`` is no time or already says it."""
+    match = _TIME_VALUE.match(value)
+    if match is None or value.strip().lower() == "noon":
+        return None
+    hour, minute = int(match.group(1)), int(match.group(2) or 0)
+    space, meridiem = match.group(3), match.group(4)
+    if not match.group(2) and not meridiem:
+        return None  # a bare number: a count as likely as an hour
+    if SaidTime(hour, minute).on_the_dial == said.on_the_dial:
+        return None
+    evening = said.hour >= 12 or said.meridiem == "pm"
+    if said.meridiem is None and said.hour <= 12:  # the model's reading of am or pm stands
+        evening = hour >= 12 if meridiem is None else meridiem.lower().startswith("p")
+    twelve, minutes = said.on_the_dial
+    if meridiem is None:  # the 24-hour clock
+        hour24 = twelve % 12 + (12 if evening else 0)
+        width = 2 if len(match.group(1)) == 2 else 1
+        return f"{hour24:0{width}d}:{minutes:02d}"
+    mark = "pm" if evening else "am"
+    if meridiem.isupper():
+        mark = mark.upper()
+    if "." in meridiem:
+        mark = f"{mark[0]}.{mark[1]}."
+    clock = f"{twelve}:{minutes:02d}" if (match.group(2) or minutes) else str(twelve)
+    return f"{clock}{space}{mark}"
