@@ -79,6 +79,19 @@ def _availability(ran: list[dict[str, Any]]) -> Any:
     return check_availability
 
 
+async def _ask(
+    make_call: Callable[..., Call], heard: str, **written: Any
+) -> tuple[Call, list[dict[str, Any]]]:
+    """One turn saying ``heard``, answered by a model that writes ``written``."""
+    ran: list[dict[str, Any]] = []
+    llm = FakeLlm([called("check_availability", **written)], ["Never asked."])
+    agent = running(_availability(ran))
+    call = make_call(stt=FakeStt(heard), llm=llm, agent=agent, deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    return call, ran
+
+
 async def test_a_time_written_wrong_runs_as_said_not_asked_for(
     make_call: Callable[..., Call],
 ) -> None:
@@ -88,16 +101,8 @@ async def test_a_time_written_wrong_runs_as_said_not_asked_for(
         ("Is there anything free tonight at seven thirty for two people?", "10:30 pm", "7:30 pm"),
         ("Can I get a table for eight at seven tonight?", "8 pm", "7 pm"),
     ]:
-        ran: list[dict[str, Any]] = []
         size = 2 if "two" in heard else 8
-        written = called("check_availability", day="today", time=wrong, party_size=size)
-        llm = FakeLlm([written], ["Never asked."])
-        call = make_call(
-            stt=FakeStt(heard), llm=llm, agent=running(_availability(ran)),
-            deadlines={"filler": ""},
-        )  # fmt: skip
-        await call.say()
-        await call.idle()
+        call, ran = await _ask(make_call, heard, day="today", time=wrong, party_size=size)
         assert ran == [{"day": "today", "time": right, "party_size": size}], heard
         done = call.done(1)
         assert done is not None and done.text == f"Yes, {right} is free."
@@ -106,14 +111,8 @@ async def test_a_time_written_wrong_runs_as_said_not_asked_for(
 
 
 async def test_a_time_not_said_is_still_asked_for(make_call: Callable[..., Call]) -> None:
-    ran: list[dict[str, Any]] = []
-    written = called("check_availability", day="today", time="9 pm", party_size=2)
-    llm = FakeLlm([written], ["Never asked."])
-    stt = FakeStt("Is there anything free tonight for two people?")
-    agent = running(_availability(ran))
-    call = make_call(stt=stt, llm=llm, agent=agent, deadlines={"filler": ""})
-    await call.say()
-    await call.idle()
+    heard = "Is there anything free tonight for two people?"
+    call, ran = await _ask(make_call, heard, day="today", time="9 pm", party_size=2)
     assert ran == []
     done = call.done(1)
     assert done is not None and "time" in done.text and done.text.endswith("?")
@@ -154,14 +153,8 @@ def test_a_day_written_in_the_models_form() -> None:
 async def test_a_weekday_written_as_a_past_date_runs_as_said(
     make_call: Callable[..., Call],
 ) -> None:
-    ran: list[dict[str, Any]] = []
-    written = called("check_availability", day="2023-10-20", time="7:30 pm", party_size=3)
-    llm = FakeLlm([written], ["Never asked."])
-    stt = FakeStt("Is there a table for three on Friday at 730?")
-    agent = running(_availability(ran))
-    call = make_call(stt=stt, llm=llm, agent=agent, deadlines={"filler": ""})
-    await call.say()
-    await call.idle()
+    heard = "Is there a table for three on Friday at 730?"
+    _, ran = await _ask(make_call, heard, day="2023-10-20", time="7:30 pm", party_size=3)
     friday = coming("friday", datetime.date.today()).isoformat()
     assert ran == [{"day": friday, "time": "7:30 pm", "party_size": 3}]
 
