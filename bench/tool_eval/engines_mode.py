@@ -159,7 +159,8 @@ class EngineRun:
             if tool is None:
                 continue
             written = ToolCallRequest("", call.name, dict(call.arguments), "")
-            if (said := as_said(tool, written, heard)) is not written:
+            asked = unheard_fields(tool, call.arguments, heard, own, whole=not tool.policy.confirm)
+            if (said := as_said(tool, written, heard, asked)) is not written:
                 outcome.calls[i] = call = CalledTool(call.name, dict(said.arguments))
             if tool.policy.confirm:
                 continue

@@ -22,7 +22,7 @@ Add ``end_call`` to an agent like any tool: ``Agent(..., tools=[end_call])``, or
 from __future__ import annotations
 
 from voxpipe.agent.call_context import CallContext
-from voxpipe.agent.closing import asks_for_a_person, closes_the_call
+from voxpipe.agent.closing import asks_for_a_person, closes_the_call, says_goodbye
 from voxpipe.agent.python_tools import PythonTool, python_tool
 from voxpipe.agent.tools import ToolDefinitionError, ToolFailed, ToolPolicy
 
@@ -48,7 +48,7 @@ def end_call_saying(goodbye: str = DEFAULT_GOODBYE) -> PythonTool:
             idempotent=True,
             says="goodbye",
             only_if_caller_said=closes_the_call,
-            implied_by_reply=closes_the_call,
+            implied_by_reply=says_goodbye,
         ),
     )
 

@@ -127,9 +127,9 @@ class ToolPolicy:
     implied_by_reply: Callable[[str], bool] | None = None
     """For a tool with no required arguments and an ``only_if_caller_said`` gate: a reply
     the model gave in words, with no call, that passes this stands for the call, when the
-    caller's words pass the gate. A small model answers "Bye!" with "Goodbye!" and forgets
-    ``end_call`` on one greedy choice in a few (which build of llama.cpp ran it decides),
-    and a call left open after both sides said goodbye is a caller hanging up on silence."""
+    caller's words pass the gate. A small model may answer "Bye!" with "Goodbye!" and no
+    ``end_call``, and a call left open after both sides said goodbye is a caller hanging up
+    on silence."""
 
     def says_in(self, output: object) -> str | None:
         """The sentence this tool's ``output`` says, if it has one."""
@@ -141,6 +141,10 @@ class ToolPolicy:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ToolDefinitionError(f"timeout_s must be positive, not {self.timeout_s}")
+        if self.implied_by_reply is not None and self.only_if_caller_said is None:
+            raise ToolDefinitionError(
+                "implied_by_reply needs only_if_caller_said: a reply alone never makes a call"
+            )
 
 
 class PolicyOptions(TypedDict, total=False):
@@ -166,6 +170,10 @@ class Tool(ABC):
     """Which kind of tool: ``python``, ``http`` or ``mcp`` (shown by ``voxpipe agent``)."""
 
     def __init__(self, spec: ToolSpec, policy: ToolPolicy) -> None:
+        if policy.implied_by_reply is not None and spec.parameters.get("required"):
+            raise ToolDefinitionError(
+                f"tool {spec.name}: implied_by_reply is for a tool that takes no arguments"
+            )
         read_only = policy.effect is ToolEffect.READ_ONLY
         self.spec = replace(spec, read_only=read_only) if spec.read_only != read_only else spec
         self.policy = policy

@@ -36,14 +36,14 @@ import json
 import logging
 import re
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from voxpipe.agent import InvalidArguments, Tool
 from voxpipe.conversation.history import History
 from voxpipe.conversation.said_days import day_written_as, is_a_day, the_day_said
-from voxpipe.conversation.said_times import is_a_time, the_time_said, written_as
+from voxpipe.conversation.said_times import hour_of, is_a_time, the_time_said, written_as
 from voxpipe.engines.base import ToolCallRequest, ToolSpec
 from voxpipe.engines.call_grounding import said_words, unsaid_numbers, values_said
 
@@ -139,10 +139,15 @@ class Confirmation:
         pending = self.pending
         if pending is None or pending.turn_id >= turn_id:
             return False
-        if pending.request.call_id != call.call_id:
-            return False
+        if pending.request.call_id != call.call_id or pending.request.arguments != call.arguments:
+            return False  # a yes is to the values read back, and to no others
         self.pending = None
         return True
+
+    def read_back(self, call: ToolCallRequest) -> bool:
+        """``call`` is the one read back and awaiting a yes: its values are the caller's to
+        approve, not anyone's to change."""
+        return self.pending is not None and self.pending.request.call_id == call.call_id
 
     def ask(self, turn_id: int, fields: Iterable[str], call: ToolCallRequest | None = None) -> None:
         """Turn ``turn_id`` asked the caller for ``fields`` (of ``call``): the next turn
@@ -224,8 +229,8 @@ def unheard_fields(
     said (the "2023" of a date written for a read sentence; a date up to two weeks ahead is
     the model's reading of "Friday"), and a weekday the caller (``caller``, else ``heard``)
     never named, are asked for."""
-    heard_words = set(_WORD.findall(heard.lower()))
-    answered = set(_WORD.findall(answer.lower()))
+    heard_words = set(_WORD.findall(heard.lower())) | said_words(heard)  # "8" of "eight"
+    answered = set(_WORD.findall(answer.lower())) | said_words(answer)
     named = said_words(f"{heard if caller is None else caller} {answer}")
     today = datetime.date.today()
     numbers = said_words(f"{heard} {answer}")
@@ -332,38 +337,59 @@ def leave_out(
     return dataclasses.replace(call, arguments=kept, arguments_json=json.dumps(kept)), asked
 
 
-def as_said(tool: Tool, call: ToolCallRequest, words: str) -> ToolCallRequest:
-    """``call`` with each time and day it wrote put back as the one time and the one
-    weekday the caller's ``words`` name, where they differ ("seven thirty" written as
-    10:30 pm, "Friday" as 20 October 2023): ``said_times.py``, ``said_days.py``. Kept as
-    written when the caller named none or several, when the call holds two times or two
-    days (a stay's arrival and departure), or when the tool refuses the new values."""
+def as_said(
+    tool: Tool, call: ToolCallRequest, words: str, unheard: Collection[str]
+) -> ToolCallRequest:
+    """``call`` with a time or day it wrote put back as the one time and the one weekday
+    the caller's ``words`` name, where they differ ("seven thirty" written as 10:30 pm,
+    "Friday" as 20 October 2023): ``said_times.py``, ``said_days.py``. Only a value that
+    would be asked for (``unheard``: :func:`unheard_fields`) is written again, and a time
+    whose hour the caller said as another number ("a table for eight at seven" written for
+    8 pm): a value the caller said stays, whatever a rule makes of their words. Kept as
+    written, too, when the caller named no time or several, when the call holds two times
+    or two days (a stay's arrival and departure), or when the tool refuses the new values."""
     time, day = the_time_said(words), the_day_said(words)
     values = call.arguments.values()
     if sum(map(is_a_time, values)) > 1:  # from and to: which is which is the model's
         time = None
-    if sum(map(is_a_day, values)) > 1:  # a stay's first and last days
+    if sum(map(is_a_day, values)) > 1:
         day = None
     if (time is None and day is None) or call.error:
         return call
+    numbers = said_words(words)
     today = datetime.date.today()
+    spec = tool.spec.parameters.get("properties") or {}
     arguments = dict(call.arguments)
     for name, value in call.arguments.items():
         if not isinstance(value, str):
             continue
-        again = written_as(value, time) if time is not None else None
-        if again is None and day is not None:
+        again = None
+        if time is not None and (name in unheard or hour_of(value) in numbers):
+            again = written_as(value, time)
+        if again is None and day is not None and name in unheard and _a_day_to_come(spec, name):
             again = day_written_as(value, day, today)
         if again is not None:
             arguments[name] = again
-    if arguments == dict(call.arguments):
+    changed = [name for name in arguments if arguments[name] != call.arguments[name]]
+    if not changed:
         return call
     try:
         tool.validate(arguments)
     except InvalidArguments:
         return call
-    log.info("%s: written again as said: %s -> %s", call.name, call.arguments, arguments)
+    log.info("%s: %s written again as the caller said", call.name, ", ".join(changed))
     return dataclasses.replace(call, arguments=arguments, arguments_json=json.dumps(arguments))
+
+
+_NOT_TO_COME = re.compile(r"birth|born|dob|expir|issued|since|last|previous")
+
+
+def _a_day_to_come(properties: Mapping[str, Any], name: str) -> bool:
+    """Argument ``name`` may be the day a weekday names (a booking's, an appointment's),
+    not a date of birth or a card's expiry."""
+    prop = properties.get(name)
+    about = f"{name} {prop.get('description', '') if isinstance(prop, dict) else ''}"
+    return not _NOT_TO_COME.search(about.lower())
 
 
 def _is_count(value: object, prop: object) -> bool:

@@ -35,18 +35,11 @@ from voxpipe.conversation.tool_step import (
     ToolRound,
     ends_on_result,
 )
-from voxpipe.engines.base import (
-    ChatMessage,
-    JobClock,
-    LlmRequest,
-    LlmUsage,
-    ToolCallDelta,
-    ToolCallRequest,
-)
+from voxpipe.engines.base import ChatMessage, JobClock, LlmRequest, LlmUsage, ToolCallDelta
 from voxpipe.observability.timeline import StageTimer
 
 if TYPE_CHECKING:  # names in annotations only
-    from voxpipe.engines.base import CancelToken, LlmOutput, ToolSpec, Urgency
+    from voxpipe.engines.base import CancelToken, LlmOutput, ToolCallRequest, ToolSpec, Urgency
 
 
 @dataclass(frozen=True)
@@ -125,12 +118,9 @@ class ReplyRounds:
                 if round_no:
                     self.stages.llm_again(timed, used)
                 if not calls and not cancel.cancelled and tools_round is not None:
-                    calls = self._implied_calls(tools, choice, text)
-                    if calls and await tools_round.run(calls, text.strip()) is not (
-                        ToolOutcome.REPEATED
-                    ):
-                        self._reply.words_before += len(text.split())
-                    break  # the words said were the answer (the call's result is not said)
+                    if choice == "auto" and (implied := tools_round.implied(tools, text)):
+                        await tools_round.run(implied)  # the words stay the answer, as heard
+                    break
                 if cancel.cancelled or not calls or tools_round is None:
                     break
                 outcome = await tools_round.run(calls, text.strip())
@@ -249,28 +239,6 @@ class ReplyRounds:
         if (instead := forced.instead) is not None:
             text += await self._say(instead)
         return text, forced.run
-
-    def _implied_calls(
-        self, tools: Sequence[ToolSpec] | None, choice: str, text: str
-    ) -> list[ToolCallRequest]:
-        """The calls the model's words stand for, when it answered without one: a tool that
-        takes no arguments, whose ``ToolPolicy.implied_by_reply`` the words pass and whose
-        gate the caller's words pass (a goodbye said back to one: ``end_call``)."""
-        ledger = self._ctx.ledger
-        if ledger is None or choice != "auto" or not text.strip():
-            return []
-        implied = []
-        for spec in tools or ():
-            tool = ledger.tool(spec.name)
-            if tool is None or spec.parameters.get("required"):
-                continue
-            policy = tool.policy
-            if policy.implied_by_reply is None or policy.only_if_caller_said is None:
-                continue
-            if policy.implied_by_reply(text) and policy.only_if_caller_said(self.caller_said()):
-                call_id = f"implied-{self._ctx.session_id}-{self.turn_id}-{spec.name}"
-                implied.append(ToolCallRequest(call_id, spec.name, {}, "{}"))
-        return implied
 
     async def _say(self, words: str) -> str:
         """Words the caller may hear (``speech``'s): sent, chunked and spoken."""

@@ -19,9 +19,11 @@ WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 _MONTHS = (
     "january february march april may june july august september october november december"
 ).split()
-_OTHER_DAYS = frozenset({"today", "tonight", "tomorrow", "yesterday", *_MONTHS})
+_OTHER_DAYS = frozenset({"today", "tonight", "tomorrow", "yesterday", *_MONTHS} - {"may"})
 _WORD = re.compile(r"[a-z]+|\d+")
-_NTH = re.compile(r"\b\d{1,2}(st|nd|rd|th)\b")  # "the 11th": a date said
+_DATE_SAID = re.compile(
+    r"\b\d{1,2}(st|nd|rd|th)\b|\bmay \d|\d{1,2}(st|nd|rd|th)? of may\b"
+)  # "the 11th", "May 4": a date said ("May I book Friday?" names no month)
 _ISO = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})\s*$")
 _DAY_MONTH = re.compile(r"^\s*(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+)(,? \d{4})?\s*$")
 _MONTH_DAY = re.compile(r"^\s*([A-Za-z]+) (\d{1,2})(?:st|nd|rd|th)?(,? \d{4})?\s*$")
@@ -31,7 +33,7 @@ def the_day_said(text: str) -> str | None:
     """The one weekday the words name ("friday"), when they name no other day; else None."""
     words = _WORD.findall(text.lower())
     named = {w.removesuffix("s") for w in words if w.removesuffix("s") in WEEKDAYS}
-    if len(named) != 1 or any(w in _OTHER_DAYS for w in words) or _NTH.search(text.lower()):
+    if len(named) != 1 or any(w in _OTHER_DAYS for w in words) or _DATE_SAID.search(text.lower()):
         return None
     return named.pop()
 
@@ -62,12 +64,12 @@ def day_written_as(value: str, weekday: str, today: datetime.date) -> str | None
     if words and all(w in WEEKDAYS or w == "next" for w in words):
         if words[-1] == weekday:
             return None
-        return weekday.capitalize() if value.strip()[0].isupper() else weekday
+        named = value.split()[-1]
+        day = weekday.capitalize() if named[0].isupper() else weekday
+        return f"{value[: value.rindex(named)]}{day}"  # "next " stays the model's
     if match := _ISO.match(value):
         written = _date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-        if written is None or (written.weekday() == date.weekday() and written >= today):
-            return None
-        return date.isoformat()
+        return None if written is None or _same_day(written, date) else date.isoformat()
     if (match := _DAY_MONTH.match(value)) and match.group(2).lower() in _MONTHS:
         day, month, year = match.group(1), match.group(2), match.group(3)
     elif (match := _MONTH_DAY.match(value)) and match.group(1).lower() in _MONTHS:
@@ -76,12 +78,18 @@ def day_written_as(value: str, weekday: str, today: datetime.date) -> str | None
         return None
     number = _MONTHS.index(month.lower()) + 1
     written = _date(int(year.strip(", ")) if year else date.year, number, int(day))
-    if written is not None and written == date:
+    if written is not None and _same_day(written, date):
         return None
     name = _MONTHS[date.month - 1]
     name = name.capitalize() if month[0].isupper() else name
     again = f"{date.day} {name}" if match.re is _DAY_MONTH else f"{name} {date.day}"
     return f"{again} {date.year}" if year else again
+
+
+def _same_day(written: datetime.date, coming: datetime.date) -> bool:
+    """``written`` is the said weekday, on ``coming`` or a week or more after ("next
+    Friday" is the model's to read)."""
+    return written.weekday() == coming.weekday() and written >= coming
 
 
 def _date(year: int, month: int, day: int) -> datetime.date | None:

@@ -6,7 +6,8 @@ asks "What time should I use?" of a caller who said it, and a time the model too
 another number the caller said ("a table for eight at seven" written as ``8 pm``) passes
 that check and runs. When the caller's words of the turn name exactly one time, a
 time-shaped value that differs from it is written again as that time, in the form the model
-used (``7:30 pm``, ``19:30``), and the tool's own validation has the last word.
+used (``7:30 pm``, ``19:30``), and the tool's own validation has the last word. A spoken
+twelve with no am or pm is noon.
 
 Only a clock time with its context is read as one: "at seven", "seven thirty", "7:30",
 "half past six", "8 pm", "eight o'clock", "noon"; "a table for seven" is a party, not a
@@ -24,10 +25,21 @@ _NUMBER_WORDS = (
 ).split()
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
 _BEFORE_A_TIME = frozenset({"at", "around", "about", "by", "until", "till", "from", "after"})
+_LOOSE = frozenset({"around", "about"})  # "for around 8": a party as likely as a time
 _NOT_A_TIME_AFTER = frozenset(
     "people persons person guests of us adults children kids minutes hours nights days "
-    "rooms tickets pounds dollars euros percent".split()
+    "rooms tickets pounds dollars euros percent reservations bookings tables seats more "
+    "things".split()
 )
+_NOT_A_TIME_BEFORE = frozenset(
+    "number extension order reference room flight code pin account card ticket booking "
+    "table platform gate bus route apartment flat suite unit version".split()
+)  # "extension four twelve", "room seven fifteen"
+_AFTER_AN_HOUR = frozenset(
+    "tonight today tomorrow this next on for please then and or if sharp instead with so "
+    "but is works would will okay ok monday tuesday wednesday thursday friday saturday "
+    "sunday".split()
+)  # what may follow a bare "at eight": not "at 5 Main Street"
 _TOKEN = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+")
 _TIME_VALUE = re.compile(r"^\s*(\d{1,2})(?::(\d{2}))?(\s*)([ap]\.?m\.?)?\s*$", re.IGNORECASE)
 
@@ -88,7 +100,10 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
             return None, 0
         meridiem, extra = _meridiem(words, i + 1)
         return SaidTime(hour, minute, meridiem), 1 + extra
-    context = i > 0 and words[i - 1] in _BEFORE_A_TIME
+    before = words[i - 1] if i > 0 else ""
+    context = before in _BEFORE_A_TIME and not (
+        before in _LOOSE and i > 1 and words[i - 2] == "for"
+    )
     if word.isdigit() and len(word) in (3, 4):  # "at 730", "1930"
         hour, minute = int(word[:-2]), int(word[-2:])
         meridiem, extra = _meridiem(words, i + 1)
@@ -96,15 +111,16 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
             return None, 0
         return SaidTime(hour, minute, meridiem), 1 + extra
     hour = _hour(word)
-    if hour is None:
+    if hour is None or before in _NOT_A_TIME_BEFORE:
         return None, 0
     minute, taken = _minutes(words, i + 1)
     meridiem, extra = _meridiem(words, i + 1 + taken)
     after = words[i + 1 + taken + extra] if i + 1 + taken + extra < len(words) else ""
-    if after in _NOT_A_TIME_AFTER or (after == "of" and not taken):
+    if after in _NOT_A_TIME_AFTER:
         return None, 0
-    if not (context or taken or meridiem):
-        return None, 0
+    said_so = taken or (meridiem is not None and extra > 0)  # "tonight" alone says less
+    if not said_so and not (context and (not after or after in _AFTER_AN_HOUR)):
+        return None, 0  # a bare number: "at eight" only before what may follow a time
     return SaidTime(hour, minute, meridiem), 1 + taken + extra
 
 
@@ -182,17 +198,25 @@ def written_as(value: str, said: SaidTime) -> str | None:
     if SaidTime(hour, minute).on_the_dial == said.on_the_dial:
         return None
     evening = said.hour >= 12 or said.meridiem == "pm"
-    if said.meridiem is None and said.hour <= 12:  # the model's reading of am or pm stands
+    if said.meridiem is None and 0 < said.hour < 12:  # the model's reading of am or pm stands
         evening = hour >= 12 if meridiem is None else meridiem.lower().startswith("p")
     twelve, minutes = said.on_the_dial
+    width = 2 if match.group(1).startswith("0") or not meridiem else 1  # "07:00 pm" stays
     if meridiem is None:  # the 24-hour clock
-        hour24 = twelve % 12 + (12 if evening else 0)
-        width = 2 if len(match.group(1)) == 2 else 1
-        return f"{hour24:0{width}d}:{minutes:02d}"
+        return f"{twelve % 12 + (12 if evening else 0):0{width}d}:{minutes:02d}"
     mark = "pm" if evening else "am"
     if meridiem.isupper():
         mark = mark.upper()
     if "." in meridiem:
         mark = f"{mark[0]}.{mark[1]}."
-    clock = f"{twelve}:{minutes:02d}" if (match.group(2) or minutes) else str(twelve)
+    clock = f"{twelve:0{width}d}" + (f":{minutes:02d}" if match.group(2) or minutes else "")
     return f"{clock}{space}{mark}"
+
+
+def hour_of(value: str) -> str | None:
+    """The hour on the dial of a time the model wrote ("8" for "8 pm" and "20:00"), as the
+    caller would have said it; None for no time."""
+    match = _TIME_VALUE.match(value)
+    if match is None or not is_a_time(value):
+        return None
+    return str(SaidTime(int(match.group(1)), 0).on_the_dial[0])

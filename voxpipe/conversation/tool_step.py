@@ -49,7 +49,14 @@ from voxpipe.conversation.confirmation import (
 from voxpipe.conversation.events import Event, ToolArgumentsDelta, ToolStarted
 from voxpipe.conversation.reply_audio import ReplyAudio
 from voxpipe.conversation.tool_ledger import ToolLedger, ToolRun
-from voxpipe.engines.base import CancelToken, ChatMessage, ToolCallDelta, ToolCallRequest
+from voxpipe.engines.base import (
+    CancelToken,
+    ChatMessage,
+    ToolCallDelta,
+    ToolCallRequest,
+    ToolSpec,
+    new_tool_call_id,
+)
 from voxpipe.observability.timeline import StageTimer, TurnTimeline
 
 PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
@@ -160,14 +167,13 @@ class ToolRound:
         voice, ledger = self._voice, self._ledger
         answer = voice.caller_said()
         calls = [ledger.confirmation.completed(voice.turn_id, c, answer) for c in calls]
-        calls = [self._as_said(c, answer) for c in calls]
         calls = [c for c in calls if not ledger.made_before(voice.turn_id, c) and self._allowed(c)]
         if not calls:
             return ToolOutcome.REPEATED
         if not await voice.confirmed():
             return ToolOutcome.STOPPED
         voice.commit_turn()
-        calls = [self._without_made_up_options(c) for c in calls]
+        calls = [self._without_made_up_options(self._as_said(c, answer)) for c in calls]
         if (asked := self._ask_first(calls)) is not None:
             self._asked = asked
             return ToolOutcome.ASK
@@ -197,10 +203,27 @@ class ToolRound:
                 outcome = ToolOutcome.CONFIRM
         return outcome
 
+    def implied(self, tools: Sequence[ToolSpec] | None, said: str) -> list[ToolCallRequest]:
+        """The calls the model's words ``said`` stand for, when it answered without one: a
+        tool whose ``ToolPolicy.implied_by_reply`` the words pass and whose gate the
+        caller's words pass (a goodbye said back to one: ``end_call``). Run with no words of
+        their own, they go into the history ahead of the answer, which keeps what was heard
+        of ``said``."""
+        implied = []
+        for spec in tools or ():
+            tool = self._ledger.tool(spec.name)
+            stands_for = tool.policy.implied_by_reply if tool is not None else None
+            if stands_for is not None and stands_for(said) and self._allowed_name(spec.name):
+                implied.append(ToolCallRequest(new_tool_call_id(), spec.name, {}, "{}"))
+        return implied
+
     def _allowed(self, call: ToolCallRequest) -> bool:
         """False for a call whose tool gates on the caller's words of this turn and they
         fail it (``ToolPolicy.only_if_caller_said``): dropped like a repeated call."""
-        tool = self._ledger.tool(call.name)
+        return self._allowed_name(call.name)
+
+    def _allowed_name(self, name: str) -> bool:
+        tool = self._ledger.tool(name)
         gate = tool.policy.only_if_caller_said if tool is not None else None
         return gate is None or gate(self._voice.caller_said())
 
@@ -232,8 +255,13 @@ class ToolRound:
         return None
 
     def _as_said(self, call: ToolCallRequest, answer: str) -> ToolCallRequest:
+        """``call`` with a time or day it would be asked about written as the caller said
+        it in ``answer`` (``confirmation.as_said``); a call read back is the caller's to
+        approve as it was read."""
         tool = self._ledger.tool(call.name)
-        return call if tool is None else as_said(tool, call, answer)
+        if tool is None or call.error or self._ledger.confirmation.read_back(call):
+            return call
+        return as_said(tool, call, answer, self._unheard(tool, call))
 
     def _without_made_up_options(self, call: ToolCallRequest) -> ToolCallRequest:
         """``call`` without the optional values it would be asked about: an argument the

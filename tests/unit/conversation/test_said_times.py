@@ -3,6 +3,7 @@ another (``said_times.py``), and a tool round that runs on it rather than asking
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any
@@ -13,8 +14,9 @@ from tests.unit.conversation.harness import Call
 from tests.unit.conversation.tools_support import called, running
 from tests.unit.fakes import FakeLlm, FakeStt
 from voxpipe.agent import tool
-from voxpipe.conversation.confirmation import as_said
-from voxpipe.conversation.said_days import coming, day_written_as, the_day_said
+from voxpipe.conversation.confirmation import Confirmation, PendingAction, as_said
+from voxpipe.conversation.history import History
+from voxpipe.conversation.said_days import coming
 from voxpipe.conversation.said_times import SaidTime, the_time_said, times_said, written_as
 
 
@@ -33,6 +35,7 @@ from voxpipe.conversation.said_times import SaidTime, the_time_said, times_said,
         ("eight p.m.", (8, 0)),
         ("seven fifteen in the evening", (7, 15)),
         ("noon", (12, 0)),
+        ("at eight for two please", (8, 0)),
     ],
 )
 def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> None:
@@ -49,6 +52,11 @@ def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> N
         "order 5821",
         "at seven or seven thirty",  # two times: which one is the model's to choose
         "He was not an ill-disposed young man.",
+        "Can I get a table for around 8 tonight?",  # a party, or a time: not ours to say
+        "please deliver at 5 Main Street",
+        "extension four twelve",
+        "room seven fifteen",
+        "I'm calling about 2 reservations",
         "",
     ],
 )
@@ -67,6 +75,11 @@ def test_written_in_the_models_form() -> None:
     assert written_as("19:00", SaidTime(7, 0)) is None
     assert written_as("4", SaidTime(7, 0)) is None  # a bare number may be a count
     assert written_as("Friday", SaidTime(7, 0)) is None
+    assert written_as("07:00 pm", SaidTime(8, 0)) == "08:00 pm"
+    # A spoken twelve is noon, a spoken 00:30 after midnight, whatever the model wrote.
+    assert written_as("10:30 am", SaidTime(12, 30)) == "12:30 pm"
+    assert written_as("10:30", SaidTime(12, 30)) == "12:30"
+    assert written_as("1:30 pm", SaidTime(0, 30)) == "12:30 am"
 
 
 def _availability(ran: list[dict[str, Any]]) -> Any:
@@ -118,38 +131,6 @@ async def test_a_time_not_said_is_still_asked_for(make_call: Callable[..., Call]
     assert done is not None and "time" in done.text and done.text.endswith("?")
 
 
-TODAY = datetime.date(2026, 12, 7)  # a Monday
-
-
-@pytest.mark.parametrize(
-    ("words", "day"),
-    [
-        ("Please book me a table for three on Friday at 730", "friday"),
-        ("Are you open on Sundays?", "sunday"),
-        ("Friday, or maybe Saturday", None),  # two days
-        ("this Friday, the 11th", None),  # a date said too
-        ("tomorrow, that's Tuesday", None),
-        ("a table for two at seven", None),
-    ],
-)
-def test_the_day_said(words: str, day: str | None) -> None:
-    assert the_day_said(words) == day
-
-
-def test_a_day_written_in_the_models_form() -> None:
-    assert day_written_as("2023-10-20", "friday", TODAY) == "2026-12-11"
-    assert day_written_as("20 October 2023", "friday", TODAY) == "11 December 2026"
-    assert day_written_as("October 20", "friday", TODAY) == "December 11"
-    assert day_written_as("Saturday", "friday", TODAY) == "Friday"
-    assert day_written_as("saturday", "monday", TODAY) == "monday"
-    assert day_written_as("friday", "friday", TODAY) is None
-    assert day_written_as("next Friday", "friday", TODAY) is None
-    assert day_written_as("2026-12-18", "friday", TODAY) is None  # a later Friday stands
-    assert day_written_as("11 December", "friday", TODAY) is None
-    assert day_written_as("7 pm", "friday", TODAY) is None
-    assert coming("monday", TODAY) == TODAY
-
-
 async def test_a_weekday_written_as_a_past_date_runs_as_said(
     make_call: Callable[..., Call],
 ) -> None:
@@ -166,7 +147,8 @@ def test_a_call_with_two_days_or_two_times_is_left_as_written() -> None:
         return "free"
 
     stay = called("room_availability", check_in="2026-12-11", check_out="2026-12-13")
-    assert as_said(room_availability, stay, "a room from Friday for two nights") is stay
+    unheard = ["check_in", "check_out"]
+    assert as_said(room_availability, stay, "a room from Friday for two nights", unheard) is stay
 
     @tool(effect="read_only")
     async def free_slots(after: str, before: str) -> str:
@@ -174,4 +156,73 @@ def test_a_call_with_two_days_or_two_times_is_left_as_written() -> None:
         return "none"
 
     slots = called("free_slots", after="9 am", before="5 pm")
-    assert as_said(free_slots, slots, "anything at ten thirty") is slots
+    assert as_said(free_slots, slots, "anything at ten thirty", ["after", "before"]) is slots
+
+
+async def test_a_time_the_caller_did_not_name_is_asked_for_not_guessed(
+    make_call: Callable[..., Call],
+) -> None:
+    """ "for around 8" may be the party: the made-up 7 pm is asked about, not run at 8."""
+    heard = "Can I get a table for around 8 tonight?"
+    call, ran = await _ask(make_call, heard, day="today", time="7 pm", party_size=8)
+    assert ran == []
+    done = call.done(1)
+    assert done is not None and "time" in done.text
+
+
+def test_only_a_value_that_would_be_asked_for_is_written_again() -> None:
+    @tool(effect="read_only")
+    async def free_slots(day: str) -> str:
+        """Free appointments on a day."""
+        return "none"
+
+    call = called("free_slots", day="2023-10-20")
+    words = "I want to come in on Friday"
+    friday = coming("friday", datetime.date.today()).isoformat()
+    assert as_said(free_slots, call, words, ["day"]).arguments == {"day": friday}
+    assert as_said(free_slots, call, words, []) is call  # nothing would be asked: it stays
+
+
+def test_a_date_that_is_no_appointments_day_is_never_a_weekday_said() -> None:
+    """A date of birth the model made up is asked for, not made next Friday."""
+
+    @tool(effect="read_only")
+    async def verify(date_of_birth: str) -> str:
+        """Check a patient in."""
+        return "ok"
+
+    call = called("verify", date_of_birth="1990-05-04")
+    assert as_said(verify, call, "I want to come in on Friday", ["date_of_birth"]) is call
+
+
+async def test_a_yes_runs_what_was_read_back_whatever_time_it_names(
+    make_call: Callable[..., Call],
+) -> None:
+    ran: list[dict[str, Any]] = []
+
+    @tool(says="message", confirm="A table {day} at {time}. Shall I book it?")
+    async def book_table(day: str, time: str) -> dict[str, str]:
+        """Book a table."""
+        ran.append({"day": day, "time": time})
+        return {"message": "Booked."}
+
+    written = called("book_table", day="saturday", time="8 pm")
+    llm = FakeLlm([written], ["Never asked."])
+    stt = FakeStt("a table on saturday at eight pm", "yes please, see you at seven")
+    call = make_call(stt=stt, llm=llm, agent=running(book_table), deadlines={"filler": ""})
+    await call.say()
+    await call.idle()
+    await call.say()
+    await call.idle()
+    assert ran == [{"day": "saturday", "time": "8 pm"}]  # as read back, not "7 pm"
+
+
+def test_a_call_read_back_is_approved_only_as_it_was_read() -> None:
+    confirmation = Confirmation(History("Be brief."))
+    read = called("book_table", day="saturday", time="8 pm")
+    confirmation.hold(PendingAction(1, read))
+    assert confirmation.read_back(read)
+    changed = dataclasses.replace(read, arguments={"day": "saturday", "time": "7 pm"})
+    assert not confirmation.take_approved(2, changed)
+    assert confirmation.take_approved(2, read)
+    assert not confirmation.read_back(read)  # taken: nothing waits any more
