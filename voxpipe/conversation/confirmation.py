@@ -42,7 +42,13 @@ from typing import Any
 
 from voxpipe.agent import InvalidArguments, Tool
 from voxpipe.conversation.history import History
-from voxpipe.conversation.said_days import day_written_as, is_a_day, the_day_said
+from voxpipe.conversation.said_days import (
+    WEEKDAYS,
+    day_written_as,
+    is_a_day,
+    the_day_said,
+    written_date,
+)
 from voxpipe.conversation.said_times import hour_of, is_a_time, the_time_said, written_as
 from voxpipe.engines.base import ToolCallRequest, ToolSpec
 from voxpipe.engines.call_grounding import said_words, unsaid_numbers, values_said
@@ -262,19 +268,6 @@ def unheard_fields(
     return missing
 
 
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        "january february march april may june july august "
-        "september october november december".split(),
-        1,
-    )
-}
-_ISO_DATE = re.compile(r"^\s*(\d{4})-(\d{1,2})-(\d{1,2})\s*$")
-_DAY_MONTH = re.compile(
-    r"^\s*(?:\w+,? )?(\d{1,2})(?:st|nd|rd|th)?(?: of)? ([a-z]+),?(?: (\d{4}))?\s*$"
-)
-_MONTH_DAY = re.compile(r"^\s*(?:\w+,? )?([a-z]+) (\d{1,2})(?:st|nd|rd|th)?,?(?: (\d{4}))?\s*$")
 COMING_DAYS = 14
 """A date this close ahead is the model's reading of "tomorrow" or "on Friday": its
 numbers need not have been said. A date in the past or further ahead must have been."""
@@ -283,29 +276,11 @@ numbers need not have been said. A date in the past or further ahead must have b
 def _coming_day(value: str, today: datetime.date) -> bool:
     """``value`` reads as a date from ``today`` to :data:`COMING_DAYS` ahead ("2026-12-08",
     "12 December", "Saturday, December 12")."""
-    text = value.lower()
-    year: str | None
-    if match := _ISO_DATE.match(text):
-        year, month, day = match.group(1), int(match.group(2)), int(match.group(3))
-    elif (match := _DAY_MONTH.match(text)) and match.group(2) in _MONTHS:
-        day, month, year = int(match.group(1)), _MONTHS[match.group(2)], match.group(3)
-    elif (match := _MONTH_DAY.match(text)) and match.group(1) in _MONTHS:
-        month, day, year = _MONTHS[match.group(1)], int(match.group(2)), match.group(3)
-    else:
-        return False
-    try:
-        if year is not None:
-            date = datetime.date(int(year), month, day)
-        else:  # the next such day
-            date = datetime.date(today.year, month, day)
-            if date < today:
-                date = datetime.date(today.year + 1, month, day)
-    except ValueError:
-        return False
-    return 0 <= (date - today).days <= COMING_DAYS
-
-
-_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+    written = written_date(value)
+    date = written.on(today.year) if written is not None else None
+    if written is not None and written.year is None and date is not None and date < today:
+        date = written.on(today.year + 1)  # the next such day
+    return date is not None and 0 <= (date - today).days <= COMING_DAYS
 
 
 def _unsaid_weekday(words: list[str], heard: frozenset[str], today: datetime.date) -> bool:
@@ -314,12 +289,12 @@ def _unsaid_weekday(words: list[str], heard: frozenset[str], today: datetime.dat
     when they said "today" or "tomorrow", nor a weekend day when they said "weekend"."""
     named = set(heard)
     if "today" in heard:
-        named.add(_WEEKDAYS[today.weekday()])
+        named.add(WEEKDAYS[today.weekday()])
     if "tomorrow" in heard:
-        named.add(_WEEKDAYS[(today.weekday() + 1) % 7])
+        named.add(WEEKDAYS[(today.weekday() + 1) % 7])
     if "weekend" in heard:
         named.update(("saturday", "sunday"))
-    return any(w in _WEEKDAYS and w not in named for w in words)
+    return any(w in WEEKDAYS and w not in named for w in words)
 
 
 def leave_out(

@@ -14,19 +14,67 @@ from __future__ import annotations
 
 import datetime
 import re
+from dataclasses import dataclass
 
 WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
-_MONTHS = (
+MONTHS = (
     "january february march april may june july august september october november december"
 ).split()
-_OTHER_DAYS = frozenset({"today", "tonight", "tomorrow", "yesterday", *_MONTHS} - {"may"})
+_OTHER_DAYS = frozenset({"today", "tonight", "tomorrow", "yesterday", *MONTHS} - {"may"})
 _WORD = re.compile(r"[a-z]+|\d+")
 _DATE_SAID = re.compile(
     r"\b\d{1,2}(st|nd|rd|th)\b|\bmay \d|\d{1,2}(st|nd|rd|th)? of may\b"
 )  # "the 11th", "May 4": a date said ("May I book Friday?" names no month)
-_ISO = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})\s*$")
-_DAY_MONTH = re.compile(r"^\s*(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+)(,? \d{4})?\s*$")
-_MONTH_DAY = re.compile(r"^\s*([A-Za-z]+) (\d{1,2})(?:st|nd|rd|th)?(,? \d{4})?\s*$")
+_ISO = re.compile(r"^\s*(\d{4})-(\d{1,2})-(\d{1,2})\s*$")
+_DAY_MONTH = re.compile(
+    r"^\s*(\w+,? )?(\d{1,2})(?:st|nd|rd|th)?( of)? ([a-z]+)(,?)(?: (\d{4}))?\s*$", re.IGNORECASE
+)
+_MONTH_DAY = re.compile(
+    r"^\s*(\w+,? )?([a-z]+) (\d{1,2})(?:st|nd|rd|th)?(,?)(?: (\d{4}))?\s*$", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class WrittenDate:
+    """A date as a value writes it ("2026-12-11", "11 December", "Friday, December 11"),
+    with its form, which a date written again in its place keeps."""
+
+    day: int
+    month: int
+    year: int | None  # None: the value names none
+    form: str  # "iso", "day month" or "month day"
+    capital: bool  # the month's name begins with a capital
+    plain: bool  # the date alone: two-digit parts, no weekday before, no "of", no stray comma
+
+    def on(self, year: int) -> datetime.date | None:
+        """The date in ``year`` (its own year, if it names one); None for no such day."""
+        try:
+            return datetime.date(self.year or year, self.month, self.day)
+        except ValueError:
+            return None
+
+
+def written_date(value: str) -> WrittenDate | None:
+    """The date ``value`` writes, or None for no date."""
+    if match := _ISO.match(value):
+        year, month, day = match.groups()
+        plain = len(month) == len(day) == 2
+        return WrittenDate(int(day), int(month), int(year), "iso", False, plain)
+    if match := _DAY_MONTH.match(value):
+        lead, day, of, month, comma, year = match.groups()
+        form = "day month"
+    elif match := _MONTH_DAY.match(value):
+        lead, month, day, comma, year = match.groups()
+        of, form = None, "month day"
+    else:
+        return None
+    if month.lower() not in MONTHS:
+        return None
+    number = MONTHS.index(month.lower()) + 1
+    plain = lead is None and of is None and not (comma and not year)
+    return WrittenDate(
+        int(day), number, int(year) if year else None, form, month[0].isupper(), plain
+    )
 
 
 def the_day_said(text: str) -> str | None:
@@ -45,10 +93,8 @@ def is_a_day(value: object) -> bool:
     words = value.lower().split()
     if words and all(w in WEEKDAYS or w == "next" for w in words):
         return True
-    if _ISO.match(value):
-        return True
-    match = _DAY_MONTH.match(value) or _MONTH_DAY.match(value)
-    return match is not None and any(w in _MONTHS for w in words)
+    written = written_date(value)
+    return written is not None and written.plain
 
 
 def coming(weekday: str, today: datetime.date) -> datetime.date:
@@ -67,33 +113,21 @@ def day_written_as(value: str, weekday: str, today: datetime.date) -> str | None
         named = value.split()[-1]
         day = weekday.capitalize() if named[0].isupper() else weekday
         return f"{value[: value.rindex(named)]}{day}"  # "next " stays the model's
-    if match := _ISO.match(value):
-        written = _date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-        return None if written is None or _same_day(written, date) else date.isoformat()
-    if (match := _DAY_MONTH.match(value)) and match.group(2).lower() in _MONTHS:
-        day, month, year = match.group(1), match.group(2), match.group(3)
-    elif (match := _MONTH_DAY.match(value)) and match.group(1).lower() in _MONTHS:
-        month, day, year = match.group(1), match.group(2), match.group(3)
-    else:
+    written = written_date(value)
+    if written is None or not written.plain:
         return None
-    number = _MONTHS.index(month.lower()) + 1
-    written = _date(int(year.strip(", ")) if year else date.year, number, int(day))
-    if written is not None and _same_day(written, date):
+    on = written.on(date.year)
+    if on is None or _same_day(on, date):  # no such day ("30 February"): left as written
         return None
-    name = _MONTHS[date.month - 1]
-    name = name.capitalize() if month[0].isupper() else name
-    again = f"{date.day} {name}" if match.re is _DAY_MONTH else f"{name} {date.day}"
-    return f"{again} {date.year}" if year else again
+    if written.form == "iso":
+        return date.isoformat()
+    name = MONTHS[date.month - 1]
+    name = name.capitalize() if written.capital else name
+    again = f"{date.day} {name}" if written.form == "day month" else f"{name} {date.day}"
+    return f"{again} {date.year}" if written.year else again
 
 
 def _same_day(written: datetime.date, coming: datetime.date) -> bool:
     """``written`` is the said weekday, on ``coming`` or a week or more after ("next
     Friday" is the model's to read)."""
     return written.weekday() == coming.weekday() and written >= coming
-
-
-def _date(year: int, month: int, day: int) -> datetime.date | None:
-    try:
-        return datetime.date(year, month, day)
-    except ValueError:
-        return None

@@ -19,10 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_NUMBER_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty"
-).split()
+from voxpipe.engines.call_grounding import NUMBER_WORDS
+
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
 _BEFORE_A_TIME = frozenset({"at", "around", "about", "by", "until", "till", "from", "after"})
 _LOOSE = frozenset({"around", "about"})  # "for around 8": a party as likely as a time
@@ -127,8 +125,8 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
 def _hour(word: str) -> int | None:
     if word.isdigit():
         n = int(word)
-    elif word in _NUMBER_WORDS:
-        n = _NUMBER_WORDS.index(word)
+    elif word in NUMBER_WORDS:
+        n = NUMBER_WORDS.index(word)
     else:
         return None
     return n if 1 <= n <= 12 else None
@@ -144,15 +142,15 @@ def _minutes(words: list[str], i: int) -> tuple[int, int]:
         return 0, 1
     if word.isdigit() and len(word) == 2 and int(word) < 60:
         return int(word), 1
-    if word in ("oh", "o") and i + 1 < len(words) and words[i + 1] in _NUMBER_WORDS[1:10]:
-        return _NUMBER_WORDS.index(words[i + 1]), 2
+    if word in ("oh", "o") and i + 1 < len(words) and words[i + 1] in NUMBER_WORDS[1:10]:
+        return NUMBER_WORDS.index(words[i + 1]), 2
     if word in _TENS:
         tens = _TENS[word]
-        if i + 1 < len(words) and words[i + 1] in _NUMBER_WORDS[1:10]:
-            return tens + _NUMBER_WORDS.index(words[i + 1]), 2
+        if i + 1 < len(words) and words[i + 1] in NUMBER_WORDS[1:10]:
+            return tens + NUMBER_WORDS.index(words[i + 1]), 2
         return tens, 1
-    if word in _NUMBER_WORDS[10:20]:  # "seven fifteen"; "seven ten"
-        return _NUMBER_WORDS.index(word), 1
+    if word in NUMBER_WORDS[10:20]:  # "seven fifteen"; "seven ten"
+        return NUMBER_WORDS.index(word), 1
     return 0, 0
 
 

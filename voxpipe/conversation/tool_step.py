@@ -167,7 +167,9 @@ class ToolRound:
         voice, ledger = self._voice, self._ledger
         answer = voice.caller_said()
         calls = [ledger.confirmation.completed(voice.turn_id, c, answer) for c in calls]
-        calls = [c for c in calls if not ledger.made_before(voice.turn_id, c) and self._allowed(c)]
+        calls = [
+            c for c in calls if not ledger.made_before(voice.turn_id, c) and self._allowed(c.name)
+        ]
         if not calls:
             return ToolOutcome.REPEATED
         if not await voice.confirmed():
@@ -213,16 +215,13 @@ class ToolRound:
         for spec in tools or ():
             tool = self._ledger.tool(spec.name)
             stands_for = tool.policy.implied_by_reply if tool is not None else None
-            if stands_for is not None and stands_for(said) and self._allowed_name(spec.name):
+            if stands_for is not None and stands_for(said) and self._allowed(spec.name):
                 implied.append(ToolCallRequest(new_tool_call_id(), spec.name, {}, "{}"))
         return implied
 
-    def _allowed(self, call: ToolCallRequest) -> bool:
-        """False for a call whose tool gates on the caller's words of this turn and they
-        fail it (``ToolPolicy.only_if_caller_said``): dropped like a repeated call."""
-        return self._allowed_name(call.name)
-
-    def _allowed_name(self, name: str) -> bool:
+    def _allowed(self, name: str) -> bool:
+        """False for a call to a tool that gates on the caller's words of this turn when
+        they fail it (``ToolPolicy.only_if_caller_said``): dropped like a repeated call."""
         tool = self._ledger.tool(name)
         gate = tool.policy.only_if_caller_said if tool is not None else None
         return gate is None or gate(self._voice.caller_said())

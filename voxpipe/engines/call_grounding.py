@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 _WORD = re.compile(r"[a-z0-9]+")
-_NUMBERS = (
+NUMBER_WORDS = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
     "fifteen sixteen seventeen eighteen nineteen twenty"
 ).split()
@@ -37,7 +37,7 @@ def said_words(text: str) -> frozenset[str]:
     for word in said:  # "at 730" is the 7 and the 30 of "7:30 pm"
         if word.isdigit() and len(word) in (3, 4):
             words.update((str(int(word[:-2])), word[-2:]))
-    for n, name in enumerate(_NUMBERS):
+    for n, name in enumerate(NUMBER_WORDS):
         if name in words:
             words.add(str(n))
     for name, n in _TENS.items():
@@ -58,7 +58,7 @@ def _digit_runs(said: list[str]) -> Iterable[str]:
     number 5821, as a model writes an order or ticket number it heard that way."""
     run: list[str] = []
     for word in [*said, ""]:
-        digit = str(_NUMBERS.index(word)) if word in _NUMBERS[:10] else word
+        digit = str(NUMBER_WORDS.index(word)) if word in NUMBER_WORDS[:10] else word
         if len(digit) == 1 and digit.isdigit():
             run.append(digit)
             continue
