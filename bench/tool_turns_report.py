@@ -141,6 +141,7 @@ def heard_tool_turn(
             None if phrase is None else _ms(first_voiced_ns(frames[phrase:start]), sentence.end_ns)
         ),
         server_filler_sent_ms=stages.get("filler_sent"),
+        server_tool_named_ms=stages.get("tool_named"),
         server_tool_phrase_sent_ms=stages.get("tool_phrase_sent"),
         longest_silence_ms=None if silence is None else round(silence / 1e6, 1),
         # words of the answer said before the tool had returned ("Sure, let me see")
@@ -203,6 +204,13 @@ def kind_summary(rows: Sequence[dict[str, Any]], silence_ms: int, gap_ms: int) -
         silences_over_gap=sum(s >= gap_ms for s in silences),
         tool_ms=spread(r["tool_ms"] for r in rows),
         tool_started_ms=spread(r["tool_started_ms"] for r in rows),
+        tool_named_ms=spread(r.get("server_tool_named_ms") for r in rows),
+        phrase_after_name_ms=spread(
+            r["server_tool_phrase_sent_ms"] - r["server_tool_named_ms"]
+            for r in rows
+            if r.get("server_tool_named_ms") is not None
+            and r.get("server_tool_phrase_sent_ms") is not None
+        ),
         answer_before_tool=sum(r["answer_before_tool"] for r in rows),
         tools=dict(Counter(name for r in rows for name in r["tools"])),
     )
@@ -302,6 +310,8 @@ def render_markdown(summary: Mapping[str, Mapping[str, Any]], header: str, gap_m
             ]
             if kind == TOOL:
                 what += [
+                    ("tool named (server)", c["tool_named_ms"]),
+                    ("tool phrase sent after the name (server)", c["phrase_after_name_ms"]),
                     ("tool started (server)", c["tool_started_ms"]),
                     ("tool duration (server)", c["tool_ms"]),
                 ]

@@ -263,12 +263,15 @@ class ReplyRounds:
         """Until a held reply is released (:meth:`Reply.confirmed`); False: thrown away."""
         return await self._reply.confirmed()
 
-    def keep_talking(self, phrase: str) -> None:
-        """A tool round's first sign of a call: the guard says ``phrase`` if the silence
-        goes on (one guard a reply)."""
+    def keep_talking(self, phrase: str, writing: bool = False) -> None:
+        """A tool round's sign of a call: the guard says ``phrase`` if the silence goes on
+        (one guard a reply, started by the first sign); ``writing``: the call is still
+        being written (``SilenceGuard.writing``), as of this sign."""
         if self._guard is None and not self.cancel.cancelled:
             name = f"guard-{self._ctx.session_id}-{self.turn_id}"
             self._guard = SilenceGuard(phrase, self.audio, self.stages.timeline, name)
+        if self._guard is not None:
+            self._guard.writing = writing
 
     async def _stop_guard(self) -> None:
         if self._guard is not None:

@@ -10,8 +10,8 @@ used (``7:30 pm``, ``19:30``), and the tool's own validation has the last word. 
 twelve with no am or pm is noon.
 
 Only a clock time with its context is read as one: "at seven", "seven thirty", "7:30",
-"half past six", "8 pm", "eight o'clock", "noon"; "a table for seven" is a party, not a
-time, and "5821" is a reference.
+"half past six", "twenty to eight", "half seven", "8 pm", "eight o'clock", "noon"; "a table
+for seven" is a party, not a time, and "5821" is a reference.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from voxpipe.engines.call_grounding import NUMBER_WORDS
 
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
 _BEFORE_A_TIME = frozenset({"at", "around", "about", "by", "until", "till", "from", "after"})
+_PAST_TO = frozenset({"past", "after", "to", "til", "till"})
+_RANGE_FROM = frozenset({"from", "between", "for"})  # "from five to eight": a range;
+# "a table for five to eight": a party, as likely as a time
 _LOOSE = frozenset({"around", "about"})  # "for around 8": a party as likely as a time
 _NOT_A_TIME_AFTER = frozenset(
     "people persons person guests of us adults children kids minutes hours nights days "
@@ -81,23 +84,15 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
         return SaidTime(12, 0, "pm"), 1
     if word == "midnight":
         return SaidTime(12, 0, "am"), 1
-    if word in ("half", "quarter") and i + 2 < len(words) and words[i + 1] in ("past", "to"):
-        hour = _hour(words[i + 2])
-        if hour is None:
-            return None, 0
-        minute = 30 if word == "half" else 15
-        if words[i + 1] == "to":
-            if word == "half":
-                return None, 0
-            hour, minute = (hour - 2) % 12 + 1, 45
-        meridiem, extra = _meridiem(words, i + 3)
-        return SaidTime(hour, minute, meridiem), 3 + extra
+    around = _around_an_hour(words, i)
+    if around is not None:
+        return around
     if ":" in word:
-        hour, minute = (int(part) for part in word.split(":"))
-        if hour > 23 or minute > 59:
+        clock_hour, clock_minute = (int(part) for part in word.split(":"))
+        if clock_hour > 23 or clock_minute > 59:
             return None, 0
         meridiem, extra = _meridiem(words, i + 1)
-        return SaidTime(hour, minute, meridiem), 1 + extra
+        return SaidTime(clock_hour, clock_minute, meridiem), 1 + extra
     before = words[i - 1] if i > 0 else ""
     context = before in _BEFORE_A_TIME and not (
         before in _LOOSE and i > 1 and words[i - 2] == "for"
@@ -108,8 +103,8 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
         if hour > 23 or minute > 59 or not (context or meridiem):
             return None, 0
         return SaidTime(hour, minute, meridiem), 1 + extra
-    hour = _hour(word)
-    if hour is None or before in _NOT_A_TIME_BEFORE:
+    said_hour = _hour(word)
+    if said_hour is None or before in _NOT_A_TIME_BEFORE:
         return None, 0
     minute, taken = _minutes(words, i + 1)
     meridiem, extra = _meridiem(words, i + 1 + taken)
@@ -119,7 +114,63 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
     said_so = taken or (meridiem is not None and extra > 0)  # "tonight" alone says less
     if not said_so and not (context and (not after or after in _AFTER_AN_HOUR)):
         return None, 0  # a bare number: "at eight" only before what may follow a time
-    return SaidTime(hour, minute, meridiem), 1 + taken + extra
+    return SaidTime(said_hour, minute, meridiem), 1 + taken + extra
+
+
+def _around_an_hour(words: list[str], i: int) -> tuple[SaidTime | None, int] | None:
+    """A time said from the hour: "twenty past seven", "ten to eight", "quarter after six",
+    "twenty-five minutes past nine", and the British "half seven" (7:30); None when the
+    words at ``i`` are none of these. "From five to eight" is a range, and "for five to
+    eight" or "two to four people" a party: none is a time."""
+    before = words[i - 1] if i > 0 else ""
+    minute, taken = _minutes_of_an_hour(words, i)
+    if not taken:
+        return None
+    j = i + taken
+    if j < len(words) and words[j] in ("minute", "minutes"):
+        j += 1
+    if j + 1 < len(words) and words[j] in _PAST_TO:
+        hour = _hour(words[j + 1])
+        if hour is None or (words[j] in ("to", "til", "till") and before in _RANGE_FROM):
+            return None
+        if words[j] in ("to", "til", "till"):
+            if minute == 30:
+                return None
+            hour, minute = (hour - 2) % 12 + 1, 60 - minute
+        end = j + 2
+    elif words[i] == "half" and taken == 1 and j == i + 1 and j < len(words):
+        hour = _hour(words[j])  # "half seven": half past, as said in Britain
+        if hour is None:
+            return None
+        end = j + 1
+    else:
+        return None
+    meridiem, extra = _meridiem(words, end)
+    after = words[end + extra] if end + extra < len(words) else ""
+    if after in _NOT_A_TIME_AFTER:
+        return None, 0
+    return SaidTime(hour, minute, meridiem), end + extra - i
+
+
+def _minutes_of_an_hour(words: list[str], i: int) -> tuple[int, int]:
+    """The minutes said before "past" or "to" ("half", "a quarter", "ten", "twenty five",
+    "20") and the words they take; (0, 0) for none."""
+    word = words[i]
+    if word == "half":
+        return 30, 1
+    if word == "quarter":
+        return 15, 1
+    if word == "a" and i + 1 < len(words) and words[i + 1] == "quarter":
+        return 15, 2
+    if word.isdigit() and 0 < int(word) < 30 and len(word) <= 2:
+        return int(word), 1
+    if word == "twenty":
+        if i + 1 < len(words) and words[i + 1] in NUMBER_WORDS[1:10]:
+            return 20 + NUMBER_WORDS.index(words[i + 1]), 2
+        return 20, 1
+    if word in NUMBER_WORDS[1:20]:
+        return NUMBER_WORDS.index(word), 1
+    return 0, 0
 
 
 def _hour(word: str) -> int | None:

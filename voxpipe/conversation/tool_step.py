@@ -11,11 +11,14 @@ reply ends there and the client answers it.
 
 Meanwhile a :class:`SilenceGuard` keeps the line alive: from the first sign of a call
 (the model writing one) until the answer's first words, it says the tool's phrase once
-the call has run about 300 ms (a second after a filler, never on top of it) and a short
+the call has run about 300 ms (a second after a filler, never on top of it), and a short
 follow-up whenever the silence would otherwise pass 1.5 s. Silence is counted as the caller
 hears it, from the end of their words: a call the model began writing a second after them
 gets its phrase at once, not 300 ms later (``bench tool-turns`` found callers talking into
-such phrases).
+such phrases). So does a call still being written once the caller has waited 600 ms: the
+embedded model names a call 0.7-0.9 s after the words and writes its arguments for most of
+a second more, so the answer is far off and 300 ms more would only be more silence. A call
+already written waits its 300 ms: a quick tool's answer may come first.
 
 A call of a tool that asks first (``ToolPolicy.confirm``) is not run when the model makes
 it: the round asks for what the caller never said, or reads the call back and ends the
@@ -60,6 +63,7 @@ from voxpipe.engines.base import (
 from voxpipe.observability.timeline import StageTimer, TurnTimeline
 
 PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
+PHRASE_QUIET_S = 0.6  # ... and so does one still being written, past this much silence
 AFTER_FILLER_S = 1.0  # ... but not within this long after other words (the filler)
 MAX_SILENCE_S = 1.5  # the longest silence the caller hears while a tool runs
 SPEAK_AHEAD_S = 0.5  # a follow-up is queued this long before that: the TTS takes time
@@ -102,8 +106,9 @@ class ReplyVoice(Protocol):
     async def emit(self, event: Event) -> None:
         """The reply's events to the client (held back while the reply is held)."""
 
-    def keep_talking(self, phrase: str) -> None:
-        """Start a :class:`SilenceGuard` (``phrase`` first), if none runs."""
+    def keep_talking(self, phrase: str, writing: bool = False) -> None:
+        """Start a :class:`SilenceGuard` (``phrase`` first), if none runs; ``writing``: the
+        model is still writing the call (:attr:`SilenceGuard.writing`)."""
 
     async def confirmed(self) -> bool:
         """Until a held reply is released: False if it was thrown away, or stopped."""
@@ -137,6 +142,8 @@ class ToolRound:
     async def writing(self, delta: ToolCallDelta) -> None:
         """The model is writing a call's arguments: a client sees its own tool's arguments
         come; a server tool's phrase is due from now."""
+        if delta.name:  # what a phrase can fit: the arguments may still be coming
+            self._voice.stages.timeline.mark("tool_named")
         if self._ledger.runs_on_client(delta.name):
             if not delta.arguments_delta:
                 return
@@ -146,7 +153,7 @@ class ToolRound:
                 )
             )
         elif delta.name:
-            self._voice.keep_talking(self._phrase(delta.name, running=False))
+            self._voice.keep_talking(self._phrase(delta.name, running=False), writing=True)
 
     def _phrase(self, name: str, running: bool = True) -> str:
         """The tool's phrase; none while the model writes a call that will be read back
@@ -165,6 +172,7 @@ class ToolRound:
         without tools (REPEATED). Once a tool has changed something, the model's next words
         confirm it, without tools (CONFIRM): a second booking is never a mistake away."""
         voice, ledger = self._voice, self._ledger
+        voice.stages.timeline.mark("tool_named")  # an engine that writes no deltas, here
         answer = voice.caller_said()
         calls = [ledger.confirmation.completed(voice.turn_id, c, answer) for c in calls]
         calls = [
@@ -341,7 +349,8 @@ class SilenceGuard:
     """Says something whenever the caller would sit in silence while tools run (module
     docstring), in the reply's voice (``audio``: it says when the caller's audio runs out,
     and whether the filler played). ``timeline`` marks the end of the caller's words, once
-    known (a held reply's, when it is confirmed)."""
+    known (a held reply's, when it is confirmed). ``writing``: the model is still writing
+    the call, so its answer is far off; the round clears it once the call runs."""
 
     def __init__(
         self, phrase: str, audio: ReplyAudio, timeline: TurnTimeline, name: str = "silence-guard"
@@ -350,6 +359,7 @@ class SilenceGuard:
         self._audio = audio
         self._timeline = timeline
         self.said: list[str] = []
+        self.writing = False
         self._task = asyncio.create_task(self._run(), name=name)
 
     async def _run(self) -> None:
@@ -366,7 +376,8 @@ class SilenceGuard:
             quiet_s = (now - max(quiet_since, silent_from)) / 1e9
             due = quiet_s >= MAX_SILENCE_S - SPEAK_AHEAD_S
             if not self.said and self._phrase:
-                if (now - started) / 1e9 < PHRASE_AFTER_S and not due:
+                waited = (self.writing and quiet_s >= PHRASE_QUIET_S) or due
+                if (now - started) / 1e9 < PHRASE_AFTER_S and not waited:
                     continue
                 if self._audio.filler_queued and (now - quiet_since) / 1e9 < AFTER_FILLER_S:
                     continue

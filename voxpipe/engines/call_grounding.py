@@ -87,6 +87,14 @@ def values_said(arguments: Mapping[str, Any], words: frozenset[str]) -> bool:
     return all(_heard(part, words) for part in _parts(arguments.values()))
 
 
+def said_so_far(arguments_json: str, words: frozenset[str]) -> bool:
+    """True while every finished part of the arguments written so far, the value still
+    being written included (:func:`open_value_parts`), is among ``words``."""
+    return values_said(written_so_far(arguments_json), words) and all(
+        _heard(part, words) for part in open_value_parts(arguments_json)
+    )
+
+
 def written_so_far(arguments_json: str) -> dict[str, Any]:
     """The arguments of a JSON object still being written whose values are complete: those
     before its last top-level comma, or all of them once it is closed."""
@@ -116,6 +124,53 @@ def written_so_far(arguments_json: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def open_value_parts(arguments_json: str) -> list[str]:
+    """The finished parts of a string value the model is still writing at the end of
+    ``arguments_json`` ("2023" of ``{"date": "2023-1``), as :func:`values_said` would take
+    them from the whole value; the last word is left out while it may still grow. A part
+    not said here makes the whole value not said, so a call can be stopped on it before
+    the value's last tokens are written. Empty when no string value is open."""
+    text = _open_string_value(arguments_json)
+    if text is None:
+        return []
+    words = _WORD.findall(text.lower())
+    if words and text[-1:].isalnum():
+        words.pop()
+    return [w for w in words if w not in _FILLER]
+
+
+def _open_string_value(arguments_json: str) -> str | None:
+    """The text so far of the string left open at the end of ``arguments_json``, if it is a
+    value (not a key)."""
+    nesting: list[str] = []
+    in_string = escaped = after_colon = is_value = False
+    start = 0
+    for i, char in enumerate(arguments_json):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string, start = True, i + 1
+            is_value = bool(nesting) and (nesting[-1] == "[" or after_colon)
+        elif char in "{[":
+            nesting.append(char)
+            after_colon = False
+        elif char in "}]":
+            if nesting:
+                nesting.pop()
+        elif char == ":":
+            after_colon = True
+        elif char == ",":
+            after_colon = False
+    if not in_string or not is_value:
+        return None
+    return arguments_json[start:]
 
 
 def _parts(values: Iterable[Any]) -> Iterable[str]:

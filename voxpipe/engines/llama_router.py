@@ -34,9 +34,8 @@ from voxpipe.engines.base import (
 )
 from voxpipe.engines.call_grounding import (
     arguments_said,
+    said_so_far,
     said_words,
-    values_said,
-    written_so_far,
 )
 from voxpipe.engines.llama_prompt import LlamaPrompt
 from voxpipe.engines.llama_solo import SoloContext, look_key
@@ -170,7 +169,8 @@ class ToolRouter:
     ) -> tuple[list[LlmOutput] | None, ToolSpec | None]:
         """One call written after ``alone``: its items if it is a lookup the caller said,
         else None; and the tool it was written for (None: no tool). The writing stops at the
-        name of a tool that acts, or at the first complete value that was not said."""
+        name of a tool that acts, or at the first finished part of a value that was not said
+        (the year of a date nobody named: the rest of it is not written)."""
         by_name = {t.name: t for t in offered}
         items: list[LlmOutput] = []
         arguments = ""
@@ -183,7 +183,7 @@ class ToolRouter:
                     arguments += item.arguments_delta
                     if tool is None or not tool.read_only:
                         return None, tool
-                    if not values_said(written_so_far(arguments), said):
+                    if not said_so_far(arguments, said):
                         return None, tool
         finally:
             writing.close()

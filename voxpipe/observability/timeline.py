@@ -52,6 +52,7 @@ STAGES: tuple[str, ...] = (
 # Stages a turn may or may not pass, at no fixed place in the order.
 OPTIONAL_STAGES: tuple[str, ...] = (
     "filler_sent",  # the first LLM token was late: the filler went out first
+    "tool_named",  # the model named the tool it is calling: its phrase may be said from here
     "tool_phrase_sent",  # a tool ran past ~300 ms: its phrase went out (before the answer)
 )
 

@@ -36,6 +36,13 @@ from voxpipe.conversation.said_times import SaidTime, the_time_said, times_said,
         ("seven fifteen in the evening", (7, 15)),
         ("noon", (12, 0)),
         ("at eight for two please", (8, 0)),
+        ("twenty past seven", (7, 20)),
+        ("ten to eight for two", (7, 50)),
+        ("a quarter after six tonight", (6, 15)),
+        ("twenty-five minutes past nine", (9, 25)),
+        ("twenty five to ten in the evening", (9, 35)),
+        ("at half seven please", (7, 30)),  # half past, as said in Britain
+        ("5 past 8", (8, 5)),
     ],
 )
 def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> None:
@@ -57,6 +64,10 @@ def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> N
         "extension four twelve",
         "room seven fifteen",
         "I'm calling about 2 reservations",
+        "we are open from five to eight",  # a range
+        "a table for five to eight",  # a party of five to eight, as likely
+        "two to four people",
+        "half an hour from now",
         "",
     ],
 )

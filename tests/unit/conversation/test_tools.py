@@ -25,7 +25,13 @@ from voxpipe.conversation.events import (
 )
 from voxpipe.conversation.services import Filler
 from voxpipe.conversation.spoken import SAY_THE_RESULT
-from voxpipe.conversation.tool_step import MAX_SILENCE_S, PHRASE_AFTER_S, phrases_of
+from voxpipe.conversation.tool_step import (
+    MAX_SILENCE_S,
+    PHRASE_AFTER_S,
+    PHRASE_QUIET_S,
+    phrases_of,
+)
+from voxpipe.engines.base import ToolCallDelta
 
 
 def metrics_of(call: Call, turn_id: int) -> dict[str, Any]:
@@ -450,6 +456,42 @@ async def test_a_call_begun_late_gets_its_phrase_at_once(make_call: Callable[...
     (entry,) = metrics_of(call, 1)["tools"]
     assert stages["tool_phrase_sent"] - entry["started_ms"] < 1000 * PHRASE_AFTER_S / 2
     assert stages["tool_phrase_sent"] < 1000 * MAX_SILENCE_S
+
+
+async def test_a_call_still_being_written_gets_its_phrase_once_the_caller_has_waited(
+    make_call: Callable[..., Call],
+) -> None:
+    """An embedded model names a call well after the caller's words and writes its
+    arguments for most of a second more: the phrase goes with the name, not 300 ms later,
+    and the call runs only once it is written."""
+
+    @tool(phrase="Let me check the book.", effect="read_only")
+    async def check_availability(party_size: int) -> str:
+        """Is a table free?"""
+        return "free"
+
+    writing = [
+        ToolCallDelta("call_1", "check_availability", ""),
+        ToolCallDelta("call_1", "check_availability", '{"party_size": '),
+        ToolCallDelta("call_1", "check_availability", "4}"),
+        called("check_availability", party_size=4),
+    ]
+    llm = FakeLlm(writing, ["Yes."], delay_s=0.65)
+    call = make_call(
+        stt=FakeStt("is there a table for four"),
+        llm=llm,
+        agent=running(check_availability),
+        deadlines={"filler": ""},
+    )
+    await call.say()
+    await call.until(lambda: call.done(1) is not None, within_s=8)
+    stages = metrics_of(call, 1)["stages_ms"]
+    (entry,) = metrics_of(call, 1)["tools"]
+    named_at = stages["tool_named"]  # the first delta: the name, 650 ms into the request
+    assert stages["llm_request"] + 650 <= named_at < stages["llm_request"] + 800
+    assert named_at >= 1000 * PHRASE_QUIET_S  # the caller has waited that long
+    assert named_at <= stages["tool_phrase_sent"] < named_at + 1000 * PHRASE_AFTER_S / 2
+    assert stages["tool_phrase_sent"] < entry["started_ms"]  # while the model still writes
 
 
 async def test_a_result_that_says_its_answer_is_said_without_asking_the_model_again(
