@@ -16,7 +16,7 @@ follow-up whenever the silence would otherwise pass 1.5 s. Silence is counted as
 hears it, from the end of their words: a call the model began writing a second after them
 gets its phrase at once, not 300 ms later (``bench tool-turns`` found callers talking into
 such phrases). So does a call still being written once the caller has waited 600 ms: the
-embedded model names a call 0.7-0.9 s after the words and writes its arguments for most of
+embedded model names a call about a second after the words and writes its arguments for most of
 a second more, so the answer is far off and 300 ms more would only be more silence. A call
 already written waits its 300 ms: a quick tool's answer may come first.
 
