@@ -33,6 +33,27 @@ def float_to_pcm16(audio: np.ndarray) -> bytes:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
+def trim_silence(
+    audio: np.ndarray, rate: int, floor: float = 0.01, lead_s: float = 0.01, tail_s: float = 0.08
+) -> np.ndarray:
+    """``audio`` (float mono) with its leading and trailing quiet cut to ``lead_s`` and
+    ``tail_s``, quiet being 10 ms windows whose RMS is under ``floor``; unchanged when no
+    window reaches it. A TTS pads each utterance (Piper: about 50 ms before, 230 ms after),
+    which a phrase said on its own does not need: the caller hears its first word sooner,
+    and the answer queued behind it starts sooner."""
+    window = max(1, rate // 100)
+    count = len(audio) // window
+    if count == 0:
+        return audio
+    frames = audio[: count * window].astype(np.float64).reshape(count, window)
+    loud = np.flatnonzero(np.sqrt((frames**2).mean(axis=1)) >= floor)
+    if loud.size == 0:
+        return audio
+    start = max(0, loud[0] * window - round(lead_s * rate))
+    end = min(len(audio), (loud[-1] + 1) * window + round(tail_s * rate))
+    return audio[start:end]
+
+
 class StreamResampler:
     """Resample a stream chunk by chunk, keeping filter state across chunks.
 

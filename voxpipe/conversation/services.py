@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from voxpipe.agent import RunningAgent, Toolbox
+from voxpipe.audio.pcm import trim_silence
 from voxpipe.config import Config
 from voxpipe.engines.base import CancelToken, Engines, TtsEngine
 from voxpipe.engines.queued import (
@@ -78,7 +79,9 @@ class CallStore(Protocol):
 class Filler:
     """The words said when the LLM is late, synthesized once at start-up: at that moment
     the TTS may be as busy as the LLM, so the filler must not wait for it. The tools'
-    phrases are kept the same way (:attr:`Services.phrases`): they are due just as fast."""
+    phrases are kept the same way (:attr:`Services.phrases`): they are due just as fast.
+    Each is kept without the TTS's padding (:func:`~voxpipe.audio.pcm.trim_silence`): a
+    filler comes when the caller has waited long already, and the answer follows it."""
 
     text: str
     audio: np.ndarray  # float32 mono at ``rate``
@@ -90,7 +93,8 @@ class Filler:
             return None
         chunks = list(tts.synthesize(text, CancelToken()))
         pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
-        return cls(text, pcm.astype(np.float32) / 32768.0, tts.sample_rate)
+        audio = trim_silence(pcm.astype(np.float32) / 32768.0, tts.sample_rate)
+        return cls(text, audio, tts.sample_rate)
 
     @classmethod
     def synthesize_all(cls, texts: Iterable[str], tts: TtsEngine) -> dict[str, Filler]:

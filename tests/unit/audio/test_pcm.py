@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soxr
 
-from voxpipe.audio.pcm import Pcm16Framer, StreamResampler, resample
+from voxpipe.audio.pcm import Pcm16Framer, StreamResampler, resample, trim_silence
 
 
 def sine(freq: float, rate: int, seconds: float) -> np.ndarray:
@@ -82,3 +82,21 @@ def test_a_padded_flush_ends_in_a_whole_frame_of_silence() -> None:
     framer = Pcm16Framer(samples_per_frame=4)
     framer.push(b"\x01\x02\x03")
     assert framer.flush(pad=True) == [b"\x01\x02\x03" + bytes(5)]
+
+
+def test_a_phrase_is_kept_without_the_tts_padding() -> None:
+    """50 ms of quiet before the words and 300 ms after (Piper pads about that much): cut
+    to 10 ms before and 80 ms after; the words themselves untouched."""
+    rate = 16000
+    t = np.arange(rate // 2) / rate
+    words = (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
+    hiss = np.full(rate * 5 // 100, 0.001, np.float32)  # under the floor
+    padded = np.concatenate([hiss, words, np.zeros(rate * 3 // 10, np.float32)])
+    trimmed = trim_silence(padded, rate)
+    before, after = rate // 100, rate * 8 // 100  # 10 ms and 80 ms
+    assert np.array_equal(trimmed[:before], hiss[:before])
+    assert np.array_equal(trimmed[before : before + len(words)], words)
+    assert len(trimmed) == before + len(words) + after
+    quiet = np.zeros(rate, np.float32)
+    assert trim_silence(quiet, rate) is quiet  # nothing loud: nothing cut
+    assert len(trim_silence(np.zeros(10, np.float32), rate)) == 10
