@@ -120,8 +120,8 @@ def _time_at(words: list[str], i: int) -> tuple[SaidTime | None, int]:
 def _around_an_hour(words: list[str], i: int) -> tuple[SaidTime | None, int] | None:
     """A time said from the hour: "twenty past seven", "ten to eight", "quarter after six",
     "twenty-five minutes past nine", and the British "half seven" (7:30); None when the
-    words at ``i`` are none of these. "From five to eight" is a range, and "for five to
-    eight" or "two to four people" a party: none is a time."""
+    words at ``i`` are none of these. "From five to eight" and "two to four" are ranges,
+    and "for five to eight" or "ten to twelve people" a party: none is a time."""
     before = words[i - 1] if i > 0 else ""
     minute, taken = _minutes_of_an_hour(words, i)
     if not taken:
@@ -129,6 +129,8 @@ def _around_an_hour(words: list[str], i: int) -> tuple[SaidTime | None, int] | N
     j = i + taken
     if j < len(words) and words[j] in ("minute", "minutes"):
         j += 1
+    elif minute % 5:  # "two to four" is a range; "two minutes to four" a time
+        return None
     if j + 1 < len(words) and words[j] in _PAST_TO:
         hour = _hour(words[j + 1])
         if hour is None or (words[j] in ("to", "til", "till") and before in _RANGE_FROM):

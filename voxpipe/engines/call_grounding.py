@@ -132,13 +132,26 @@ def open_value_parts(arguments_json: str) -> list[str]:
     them from the whole value; the last word is left out while it may still grow. A part
     not said here makes the whole value not said, so a call can be stopped on it before
     the value's last tokens are written. Empty when no string value is open."""
-    text = _open_string_value(arguments_json)
-    if text is None:
+    raw = _open_string_value(arguments_json)
+    if raw is None:
         return []
+    text, whole = _decoded(raw)
     words = _WORD.findall(text.lower())
-    if words and text[-1:].isalnum():
+    if words and (text[-1:].isalnum() or not whole):
         words.pop()
     return [w for w in words if w not in _FILLER]
+
+
+def _decoded(raw: str) -> tuple[str, bool]:
+    """The JSON string text ``raw`` as the value will read, and False when its end had to
+    be cut (an escape written in part, ``\\u00``)."""
+    for cut in range(6):
+        try:
+            value = json.loads(f'"{raw[: len(raw) - cut]}"')
+        except ValueError:
+            continue
+        return (value if isinstance(value, str) else raw), cut == 0
+    return raw, False
 
 
 def _open_string_value(arguments_json: str) -> str | None:

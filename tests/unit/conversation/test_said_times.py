@@ -43,6 +43,7 @@ from voxpipe.conversation.said_times import SaidTime, the_time_said, times_said,
         ("twenty five to ten in the evening", (9, 35)),
         ("at half seven please", (7, 30)),  # half past, as said in Britain
         ("5 past 8", (8, 5)),
+        ("two minutes to eight", (7, 58)),
     ],
 )
 def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> None:
@@ -67,6 +68,8 @@ def test_a_time_is_read_with_its_context(words: str, dial: tuple[int, int]) -> N
         "we are open from five to eight",  # a range
         "a table for five to eight",  # a party of five to eight, as likely
         "two to four people",
+        "a party of two to four",  # a range: minutes before the hour come in fives
+        "ten to twelve people",
         "half an hour from now",
         "",
     ],

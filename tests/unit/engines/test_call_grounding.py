@@ -59,6 +59,9 @@ def test_a_value_the_caller_never_said_is_not(words: str, arguments: dict[str, o
         ('{"names": ["Dash", "Nor', []),
         ('{"a": {"b": "x y', ["x"]),
         ('{"q": "say \\"hi\\" th', ["say", "hi"]),
+        ('{"q": "a\\nb c', ["b"]),  # read as the value reads: "a", a line, "b"
+        ('{"name": "Jos\\u00e9 Ga', ["jos"]),
+        ('{"name": "Gar\\u00', []),  # an escape cut short: the word may still grow
         ('{"n": 12', []),  # a number is finished only when the value is
         ('{"date": "2023-10-20"}', []),  # nothing open
     ],
