@@ -23,7 +23,8 @@ from voxpipe.engines.call_grounding import NUMBER_WORDS
 
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
 _BEFORE_A_TIME = frozenset({"at", "around", "about", "by", "until", "till", "from", "after"})
-_PAST_TO = frozenset({"past", "after", "to", "til", "till"})
+_TO = frozenset({"to", "til", "till"})
+_PAST_TO = frozenset({"past", "after", *_TO})
 _RANGE_FROM = frozenset({"from", "between", "for"})  # "from five to eight": a range;
 # "a table for five to eight": a party, as likely as a time
 _LOOSE = frozenset({"around", "about"})  # "for around 8": a party as likely as a time
@@ -133,14 +134,13 @@ def _around_an_hour(words: list[str], i: int) -> tuple[SaidTime | None, int] | N
         return None
     if j + 1 < len(words) and words[j] in _PAST_TO:
         hour = _hour(words[j + 1])
-        if hour is None or (words[j] in ("to", "til", "till") and before in _RANGE_FROM):
+        before_the_hour = words[j] in _TO
+        if hour is None or (before_the_hour and (before in _RANGE_FROM or minute == 30)):
             return None
-        if words[j] in ("to", "til", "till"):
-            if minute == 30:
-                return None
+        if before_the_hour:
             hour, minute = (hour - 2) % 12 + 1, 60 - minute
         end = j + 2
-    elif words[i] == "half" and taken == 1 and j == i + 1 and j < len(words):
+    elif words[i] == "half" and j == i + 1 < len(words):
         hour = _hour(words[j])  # "half seven": half past, as said in Britain
         if hour is None:
             return None

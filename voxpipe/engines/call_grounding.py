@@ -90,40 +90,10 @@ def values_said(arguments: Mapping[str, Any], words: frozenset[str]) -> bool:
 def said_so_far(arguments_json: str, words: frozenset[str]) -> bool:
     """True while every finished part of the arguments written so far, the value still
     being written included (:func:`open_value_parts`), is among ``words``."""
-    return values_said(written_so_far(arguments_json), words) and all(
-        _heard(part, words) for part in open_value_parts(arguments_json)
+    cut, opened = _scan(arguments_json)
+    return values_said(_finished(arguments_json, cut), words) and all(
+        _heard(part, words) for part in _open_parts(arguments_json, opened)
     )
-
-
-def written_so_far(arguments_json: str) -> dict[str, Any]:
-    """The arguments of a JSON object still being written whose values are complete: those
-    before its last top-level comma, or all of them once it is closed."""
-    depth, in_string, escaped, cut = 0, False, False, -1
-    for i, char in enumerate(arguments_json):
-        if escaped:
-            escaped = False
-        elif in_string:
-            escaped = char == "\\"
-            in_string = char != '"'
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                cut = i + 1
-                break
-        elif char == "," and depth == 1:
-            cut = i
-    if cut < 0:
-        return {}
-    text = arguments_json[:cut] if arguments_json[cut - 1] == "}" else arguments_json[:cut] + "}"
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def open_value_parts(arguments_json: str) -> list[str]:
@@ -132,34 +102,16 @@ def open_value_parts(arguments_json: str) -> list[str]:
     them from the whole value; the last word is left out while it may still grow. A part
     not said here makes the whole value not said, so a call can be stopped on it before
     the value's last tokens are written. Empty when no string value is open."""
-    raw = _open_string_value(arguments_json)
-    if raw is None:
-        return []
-    text, whole = _decoded(raw)
-    words = _WORD.findall(text.lower())
-    if words and (text[-1:].isalnum() or not whole):
-        words.pop()
-    return [w for w in words if w not in _FILLER]
+    return _open_parts(arguments_json, _scan(arguments_json)[1])
 
 
-def _decoded(raw: str) -> tuple[str, bool]:
-    """The JSON string text ``raw`` as the value will read, and False when its end had to
-    be cut (an escape written in part, ``\\u00``)."""
-    for cut in range(6):
-        try:
-            value = json.loads(f'"{raw[: len(raw) - cut]}"')
-        except ValueError:
-            continue
-        return (value if isinstance(value, str) else raw), cut == 0
-    return raw, False
-
-
-def _open_string_value(arguments_json: str) -> str | None:
-    """The text so far of the string left open at the end of ``arguments_json``, if it is a
-    value (not a key)."""
+def _scan(arguments_json: str) -> tuple[int, int]:
+    """One pass over a JSON object still being written: where its finished values end (its
+    last top-level comma, or just past its closing brace; -1 for none), and where the
+    string left open at its end begins, if that string is a value (-1: none, or a key)."""
     nesting: list[str] = []
     in_string = escaped = after_colon = is_value = False
-    start = 0
+    cut = start = -1
     for i, char in enumerate(arguments_json):
         if in_string:
             if escaped:
@@ -177,13 +129,51 @@ def _open_string_value(arguments_json: str) -> str | None:
         elif char in "}]":
             if nesting:
                 nesting.pop()
+            if not nesting:
+                return i + 1, -1  # closed: every value is finished
         elif char == ":":
             after_colon = True
         elif char == ",":
             after_colon = False
-    if not in_string or not is_value:
-        return None
-    return arguments_json[start:]
+            if len(nesting) == 1:
+                cut = i
+    return cut, (start if in_string and is_value else -1)
+
+
+def _finished(arguments_json: str, cut: int) -> dict[str, Any]:
+    """The arguments whose values are complete: those before ``cut`` (:func:`_scan`: the
+    last top-level comma, or the closing brace), parsed."""
+    if cut < 0:
+        return {}
+    text = arguments_json[:cut] if arguments_json[cut - 1] == "}" else arguments_json[:cut] + "}"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _open_parts(arguments_json: str, start: int) -> list[str]:
+    """:func:`open_value_parts` of the string value that begins at ``start`` (-1: none)."""
+    if start < 0:
+        return []
+    text, whole = _decoded(arguments_json[start:])
+    words = _WORD.findall(text.lower())
+    if words and (text[-1:].isalnum() or not whole):
+        words.pop()
+    return [w for w in words if w not in _FILLER]
+
+
+def _decoded(raw: str) -> tuple[str, bool]:
+    """The JSON string text ``raw`` as the value will read, and False when its end had to
+    be cut (an escape written in part, ``\\u00``)."""
+    for cut in range(6):
+        try:
+            value = json.loads(f'"{raw[: len(raw) - cut]}"')
+        except ValueError:
+            continue
+        return (value if isinstance(value, str) else raw), cut == 0
+    return raw, False
 
 
 def _parts(values: Iterable[Any]) -> Iterable[str]:
