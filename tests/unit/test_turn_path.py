@@ -238,7 +238,12 @@ async def served(recorder: PathRecorder) -> AsyncIterator[tuple[int, Any]]:
     config = Config.load(
         server={"turn_log_path": None},
         store={"path": None},
-        deadlines={"stt_ms": 60_000, "llm_first_token_ms": 60_000, "tts_first_chunk_ms": 60_000},
+        deadlines={
+            "stt_ms": 60_000,
+            "llm_first_token_ms": 60_000,
+            "tts_first_chunk_ms": 60_000,
+            "filler_ms": 60_000,
+        },
     )
     app = create_app(config, engines)
     listening = socket.create_server(("127.0.0.1", 0))  # its own port: no other can take it

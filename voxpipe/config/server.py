@@ -112,8 +112,14 @@ class DeadlineConfig(Section):
     """Transcript due."""
 
     llm_first_token_ms: int = Field(1400, ge=50)
-    """First LLM token due; on a miss the agent says the filler so the caller is not left in
-    silence."""
+    """First LLM token due (the first words of the reply, or a tool's phrase); a miss is
+    counted."""
+
+    filler_ms: int = Field(800, ge=0)
+    """The filler is said when the caller has heard nothing of the reply (no words, no tool's
+    phrase) this long after their own words: it reaches a phone caller about 100 ms later,
+    inside the second after which a tool turn's silence counts as too long and a caller
+    starts to talk again (docs/benchmarks.md, "The filler within a second")."""
 
     tts_first_chunk_ms: int = Field(1800, ge=50)
     """First reply audio due."""
@@ -122,4 +128,4 @@ class DeadlineConfig(Section):
     """A reply still running this long after the turn is cancelled."""
 
     filler: str = "One moment."
-    """Said when the first token is late; empty = stay silent."""
+    """Said at ``filler_ms`` (above); empty = stay silent."""

@@ -4,6 +4,8 @@ A tool is told who the call is for (:meth:`CallControl.call_context`), and throu
 or transfer the call. Neither happens at once: the reply in progress says its goodbye (or
 "putting you through") first, and the transport is told (``CallEnded``, ``CallTransfer``)
 once the caller has heard it out. A caller who talks over that reply keeps the call.
+A transport whose wire cannot move a call (:data:`CANNOT_TRANSFER`) offers no transfer, so
+the tool fails as it says, rather than promising "putting you through" to a call that stays.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from voxpipe.conversation.reply import Reply
 from voxpipe.conversation.reply_audio import Pacer
 from voxpipe.conversation.reply_status import ReplyStatus
 from voxpipe.conversation.services import CallRecord
+
+CANNOT_TRANSFER = frozenset({"realtime"})
+"""Transports with no way to move a call: the OpenAI Realtime API has no event for it."""
 
 
 class CallControl:
@@ -52,7 +57,9 @@ class CallControl:
             self._inbound.transport,
             self._caller,
             lambda reason: self._after_reply(CallEnded(reason)),
-            lambda target: self._after_reply(CallTransfer(target)),
+            None
+            if self._inbound.transport in CANNOT_TRANSFER
+            else lambda target: self._after_reply(CallTransfer(target)),
         )
 
     def _after_reply(self, event: CallEnded | CallTransfer) -> bool:

@@ -27,7 +27,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -307,17 +307,26 @@ class ReplyAudio:
             self._frames.put_nowait(_WAKE)  # play may be waiting on the queue
         return True
 
-    async def fill_silence(self) -> None:
-        """Say the filler if the first words miss the first token's deadline (the frames
-        queue is still empty then: no token, no clause, no reply audio)."""
+    async def fill_silence(self, after_filler: Callable[[], None]) -> None:
+        """Say the filler if no words of the reply are on their way by ``filler_ms`` (the
+        frames queue is still empty then: no token, no clause, no reply audio), then call
+        ``after_filler`` (what keeps the line alive after it); and count a miss if no words
+        are on their way by the first token's deadline."""
+        stages, deadlines = self._stages, self._services.config.deadlines
+        for deadline_ms in sorted({deadlines.filler_ms, deadlines.llm_first_token_ms}):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.first_words.wait(), stages.wait_s(deadline_ms))
+                return
+            if deadline_ms == deadlines.llm_first_token_ms:
+                stages.missed("llm_first_token")
+            if deadline_ms == deadlines.filler_ms and await self._say_filler():
+                after_filler()
+
+    async def _say_filler(self) -> bool:
         stages, cfg = self._stages, self._services.config
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.first_words.wait(), stages.first_token_wait_s())
-            return
-        stages.missed("llm_first_token")
         filler = self._services.filler
         if self._cancel.cancelled or filler is None or not cfg.deadlines.filler:
-            return
+            return False
         stages.filler(cfg.deadlines.filler)
         resampler = StreamResampler(filler.rate, self._rate)
         audio = resampler.process(filler.audio, last=True)
@@ -327,6 +336,7 @@ class ReplyAudio:
         self.filler_queued = True
         for frame in pcm:
             await self._frames.put((frame, Sound.FILLER))
+        return True
 
     def _dry_at_ns(self, frames_waiting: int) -> int:
         """When the client will have played everything sent and queued: a later clause

@@ -265,13 +265,23 @@ class ReplyRounds:
 
     def keep_talking(self, phrase: str, writing: bool = False) -> None:
         """A tool round's sign of a call: the guard says ``phrase`` if the silence goes on
-        (one guard a reply, started by the first sign); ``writing``: the call is still
-        being written (``SilenceGuard.writing``), as of this sign."""
+        (one guard a reply, started by the first sign or the filler); ``writing``: the call
+        is still being written (``SilenceGuard.writing``), as of this sign."""
+        guard = self._start_guard()
+        if guard is not None:
+            guard.expect(phrase, writing)
+
+    def hold_the_line(self) -> None:
+        """The filler has been said and no words follow yet: from now on the caller hears
+        a follow-up rather than a silence of over a second (``SilenceGuard``)."""
+        if not self.audio.first_words.is_set():
+            self._start_guard()
+
+    def _start_guard(self) -> SilenceGuard | None:
         if self._guard is None and not self.cancel.cancelled:
             name = f"guard-{self._ctx.session_id}-{self.turn_id}"
-            self._guard = SilenceGuard(phrase, self.audio, self.stages.timeline, name)
-        if self._guard is not None:
-            self._guard.writing = writing
+            self._guard = SilenceGuard(self.audio, self.stages.timeline, name)
+        return self._guard
 
     async def _stop_guard(self) -> None:
         if self._guard is not None:

@@ -11,14 +11,15 @@ reply ends there and the client answers it.
 
 Meanwhile a :class:`SilenceGuard` keeps the line alive: from the first sign of a call
 (the model writing one) until the answer's first words, it says the tool's phrase once
-the call has run about 300 ms (a second after a filler, never on top of it), and a short
-follow-up whenever the silence would otherwise pass 1.5 s. Silence is counted as the caller
-hears it, from the end of their words: a call the model began writing a second after them
-gets its phrase at once, not 300 ms later (``bench tool-turns`` found callers talking into
-such phrases). So does a call still being written once the caller has waited 600 ms: the
-embedded model names a call about a second after the words and writes its arguments for most of
-a second more, so the answer is far off and 300 ms more would only be more silence. A call
-already written waits its 300 ms: a quick tool's answer may come first.
+the call has run about 300 ms (a beat after a filler, never on top of it), and a short
+follow-up whenever the silence would otherwise pass a second, which a caller takes for a
+line gone quiet. Silence is counted as the caller hears it, from the end of their words: a
+call the model began writing a second after them gets its phrase at once, not 300 ms later
+(``bench tool-turns`` found callers talking into such phrases). So does a call still being
+written once the caller has waited 600 ms: the embedded model names a call about a second
+after the words and writes its arguments for most of a second more, so the answer is far
+off and 300 ms more would only be more silence. A call already written waits its 300 ms: a
+quick tool's answer may come first.
 
 A call of a tool that asks first (``ToolPolicy.confirm``) is not run when the model makes
 it: the round asks for what the caller never said, or reads the call back and ends the
@@ -64,9 +65,9 @@ from voxpipe.observability.timeline import StageTimer, TurnTimeline
 
 PHRASE_AFTER_S = 0.3  # a call running this long gets its phrase
 PHRASE_QUIET_S = 0.6  # ... and so does one still being written, past this much silence
-AFTER_FILLER_S = 1.0  # ... but not within this long after other words (the filler)
-MAX_SILENCE_S = 1.5  # the longest silence the caller hears while a tool runs
-SPEAK_AHEAD_S = 0.5  # a follow-up is queued this long before that: the TTS takes time
+AFTER_FILLER_S = 0.3  # ... but not within this long after other words (the filler)
+MAX_SILENCE_S = 1.0  # the longest silence the caller hears while a tool runs
+SPEAK_AHEAD_S = 0.3  # a phrase is queued this long before that: pacing and the line's delay
 TICK_S = 0.05
 FOLLOW_UPS = ("Still working on it.", "Almost there.", "Thanks for waiting.")
 NOT_RUN = "not run: the caller spoke first"
@@ -74,10 +75,11 @@ MAX_TOOL_ROUNDS = 3  # requests with tools in one turn; the next one answers wit
 
 
 def phrases_of(toolbox: Iterable[Tool]) -> set[str]:
-    """Everything a :class:`SilenceGuard` or a timeout may say for these tools: the server
+    """Everything a :class:`SilenceGuard` or a timeout may say for these tools (the
+    follow-ups with none: a guard also holds the line after the filler): the server
     synthesizes them at start-up (``Services.phrases``)."""
     said = {text for t in toolbox for text in (t.policy.phrase, t.policy.timeout_phrase)}
-    return {text for text in (*said, *FOLLOW_UPS) if text.strip()} if said else set()
+    return {text for text in (*said, *FOLLOW_UPS) if text.strip()}
 
 
 class ToolOutcome(enum.Enum):
@@ -107,8 +109,8 @@ class ReplyVoice(Protocol):
         """The reply's events to the client (held back while the reply is held)."""
 
     def keep_talking(self, phrase: str, writing: bool = False) -> None:
-        """Start a :class:`SilenceGuard` (``phrase`` first), if none runs; ``writing``: the
-        model is still writing the call (:attr:`SilenceGuard.writing`)."""
+        """Start a :class:`SilenceGuard`, if none runs, and give it ``phrase`` to say first;
+        ``writing``: the model is still writing the call (:attr:`SilenceGuard.writing`)."""
 
     async def confirmed(self) -> bool:
         """Until a held reply is released: False if it was thrown away, or stopped."""
@@ -346,21 +348,32 @@ class ToolRound:
 
 
 class SilenceGuard:
-    """Says something whenever the caller would sit in silence while tools run (module
+    """Says something whenever the caller would sit in silence before the answer (module
     docstring), in the reply's voice (``audio``: it says when the caller's audio runs out,
-    and whether the filler played). ``timeline`` marks the end of the caller's words, once
-    known (a held reply's, when it is confirmed). ``writing``: the model is still writing
-    the call, so its answer is far off; the round clears it once the call runs."""
+    and whether the filler played). A reply's guard starts at the first sign of a call, or
+    once the filler has played with no words behind it (a plain answer that is slow, or a
+    call not yet begun): then it says follow-ups only, until a call gives it a phrase
+    (:meth:`expect`). ``timeline`` marks the end of the caller's words, once known (a held
+    reply's, when it is confirmed). ``writing``: the model is still writing the call, so
+    its answer is far off; the round clears it once the call runs."""
 
     def __init__(
-        self, phrase: str, audio: ReplyAudio, timeline: TurnTimeline, name: str = "silence-guard"
+        self, audio: ReplyAudio, timeline: TurnTimeline, name: str = "silence-guard"
     ) -> None:
-        self._phrase = phrase
         self._audio = audio
         self._timeline = timeline
+        self._phrase = ""
+        self._phrase_since = 0  # the first sign of the call, monotonic ns
+        self._phrase_said = False
         self.said: list[str] = []
         self.writing = False
         self._task = asyncio.create_task(self._run(), name=name)
+
+    def expect(self, phrase: str, writing: bool) -> None:
+        """A sign of a call: its ``phrase`` is said when due (the first call's, once)."""
+        if phrase and not self._phrase:
+            self._phrase, self._phrase_since = phrase, time.monotonic_ns()
+        self.writing = writing
 
     async def _run(self) -> None:
         started = time.monotonic_ns()
@@ -375,13 +388,13 @@ class SilenceGuard:
             silent_from = started if caller_done is None else min(caller_done, started)
             quiet_s = (now - max(quiet_since, silent_from)) / 1e9
             due = quiet_s >= MAX_SILENCE_S - SPEAK_AHEAD_S
-            if not self.said and self._phrase:
+            if self._phrase and not self._phrase_said:
                 waited = (self.writing and quiet_s >= PHRASE_QUIET_S) or due
-                if (now - started) / 1e9 < PHRASE_AFTER_S and not waited:
+                if (now - self._phrase_since) / 1e9 < PHRASE_AFTER_S and not waited:
                     continue
                 if self._audio.filler_queued and (now - quiet_since) / 1e9 < AFTER_FILLER_S:
                     continue
-                text = self._phrase
+                text, self._phrase_said = self._phrase, True
             elif due:
                 text = FOLLOW_UPS[follow_ups % len(FOLLOW_UPS)]
                 follow_ups += 1

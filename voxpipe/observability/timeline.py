@@ -277,15 +277,13 @@ class StageTimer:
         if job is not None and job.started_ns:
             tl.compute_s["llm_first_clause"] = (tl.marks_ns["first_clause"] - job.started_ns) / 1e9
 
-    def first_token_wait_s(self) -> float:
-        """How long the first token may still take before the filler is due."""
-        due_ns = (
-            self.timeline.marks_ns["speech_end"] + self._deadlines.llm_first_token_ms * 1_000_000
-        )
+    def wait_s(self, deadline_ms: int) -> float:
+        """How long until ``deadline_ms`` after the end of the caller's words (0: past)."""
+        due_ns = self.timeline.marks_ns["speech_end"] + deadline_ms * 1_000_000
         return max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
 
     def filler(self, text: str) -> None:
-        """The first token was late and the filler is said."""
+        """Nothing of the reply was on its way at ``filler_ms``: the filler is said."""
         self._metrics.fillers.inc()
         self.timeline.counters["filler"] = text
 

@@ -19,7 +19,10 @@ session's events go to ``realtime_user_items.py`` (the caller's turns) and to th
 responses.
 Everything sent goes through one :class:`~voxpipe.transports.realtime_wire.ServerEvents`.
 
-A dropped connection ends the call: the Realtime API has no resume.
+A dropped connection ends the call: the Realtime API has no resume. A call the agent ends
+(its ``end_call`` tool) closes the socket normally once the goodbye has been sent and had
+time to play: the Realtime API has no event for it, and a client sees the call end as the
+close.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxpipe.conversation.events import (
     AudioDropped,
     AudioOut,
+    CallEnded,
     ErrorCode,
     ErrorEvent,
     Event,
@@ -57,11 +61,12 @@ from voxpipe.transports.base import (
     SocketConnection,
     Undecodable,
     call_send_buffer,
+    close_reason,
     decode_json,
     end_on_invalid_text,
     invalid_text,
 )
-from voxpipe.transports.call import Call, Rates, SessionSinks
+from voxpipe.transports.call import Call, CloseCode, Rates, SessionSinks
 from voxpipe.transports.realtime_audio import SESSION_RATE, BadAudio, InboundAudio
 from voxpipe.transports.realtime_client_events import (
     CLIENT_EVENTS,
@@ -88,6 +93,7 @@ log = logging.getLogger("voxpipe.realtime")
 SUBPROTOCOL = "realtime"
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 MAX_ITEMS = 256  # items a connection remembers for retrieve, delete, truncate
+ENDED_FLUSH_S = 2.0  # the longest the last events wait to go out before an ended call closes
 # Refusals that are the client's doing; the rest are the server's.
 _CLIENT_CODES = {
     ErrorCode.UNAUTHORIZED,
@@ -127,7 +133,7 @@ class RealtimeConnection(SocketConnection):
             # Realtime sessions, so it names this one as the token says.
             id=call.principal.session_id or new_id("sess"),
             model=ws.query_params.get("model", "")[:128],
-            instructions=self.cfg.llm.system_prompt,
+            instructions=self.services.instructions,  # the agent's, until the client's
             voice=self.services.engines.tts.name,
             max_output_tokens=self.cfg.llm.max_tokens,
             vad_defaults=vad,
@@ -150,6 +156,7 @@ class RealtimeConnection(SocketConnection):
         self.responses = Responses(self.out, self.items, self.session, lambda: self.settings)
         self.item_edits = ItemEdits(self.out, self.items, self.responses, self.session)
         self._warned = False  # a refused tool was logged (_warn_once)
+        self._ending: asyncio.Task[None] | None = None  # the agent ended the call (CallEnded)
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
             "session.update": self._session_update,
             "input_audio_buffer.append": self._append,
@@ -194,8 +201,16 @@ class RealtimeConnection(SocketConnection):
             return
         finally:
             await hang_up(self.session)
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
+            tasks = [t for t in (writer, self._ending) if t is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _close_ended(self, reason: str) -> None:
+        """The agent ended the call: what is queued goes out, then the socket closes
+        normally; the receive loop sees the close and hangs up."""
+        await self.sink.flush(ENDED_FLUSH_S)
+        await self.ws.close(CloseCode.NORMAL, close_reason(f"call ended: {reason}"))
 
     async def _on_text(self, text: str) -> None:
         payload = decode_json(text, self.cfg.server.max_message_bytes)
@@ -369,6 +384,10 @@ class RealtimeConnection(SocketConnection):
             self.out.audio_dropped(event)
         elif isinstance(event, ErrorEvent):
             self.out.error(RealtimeError(event.code, event.message, kind="server_error"))
+        elif isinstance(event, CallEnded) and self._ending is None:
+            self._ending = asyncio.create_task(
+                self._close_ended(event.reason), name=f"end-{self.call.id}"
+            )
         # playback.clear, turn.metrics and the rest have no Realtime counterpart
 
     async def _on_audio(self, frame: AudioOut) -> None:

@@ -347,7 +347,7 @@ async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
     call = make_call(
         llm=FakeLlm(["Sure", ", here", " it is."], delay_s=0.15),
         filler=filler,
-        deadlines={"llm_first_token_ms": 50},
+        deadlines={"filler_ms": 50},
     )
     await call.say()
     await call.until(lambda: call.done(1))
@@ -360,6 +360,38 @@ async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
     # The filler's padding is silence, and the answer comes after it.
     assert frames[7].pcm[2 * 123 :] == bytes(2 * FRAME - 2 * 123)
     assert any(max(abs(v) for v in np.frombuffer(f.pcm, np.int16)) > 0 for f in frames[8:])
+
+
+async def test_the_filler_is_due_before_the_first_token_deadline_and_counts_no_miss(
+    make_call: Callable[..., Call],
+) -> None:
+    """The filler keeps the caller from a silence they would talk into (``filler_ms``); the
+    first token's deadline, later, is what counts a miss: a token between the two gets the
+    filler and no miss, one after both gets both."""
+    filler = Filler("One moment.", np.full(FRAME * 3, 0.2, np.float32), 16000)
+    deadlines = {"filler_ms": 100, "llm_first_token_ms": 600}
+    for delay_s, missed in ((0.3, False), (0.8, True)):
+        call = make_call(llm=FakeLlm(["Here it is."], delay_s=delay_s), filler=filler,
+                         deadlines=deadlines)  # fmt: skip
+        await call.say()
+        await call.until(lambda c=call: c.done(1))
+        record = call.of(TurnMetrics, 1)[0].metrics
+        stages = record["stages_ms"]
+        assert 100 <= stages["filler_sent"] < 300, stages
+        assert stages["filler_sent"] < stages["first_audio_sent"], stages
+        assert ("llm_first_token" in record.get("deadline_misses", [])) is missed, record
+
+
+async def test_no_filler_when_the_answer_is_on_its_way_in_time(
+    make_call: Callable[..., Call],
+) -> None:
+    filler = Filler("One moment.", np.full(FRAME * 3, 0.2, np.float32), 16000)
+    call = make_call(llm=FakeLlm(["Here it is."], delay_s=0.05), filler=filler,
+                     deadlines={"filler_ms": 400})  # fmt: skip
+    await call.say()
+    await call.until(lambda: call.done(1))
+    record = call.of(TurnMetrics, 1)[0].metrics
+    assert "filler_sent" not in record["stages_ms"] and "filler" not in record, record
 
 
 async def test_partial_transcripts_arrive_while_the_caller_speaks(

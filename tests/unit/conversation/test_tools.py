@@ -26,6 +26,8 @@ from voxpipe.conversation.events import (
 from voxpipe.conversation.services import Filler
 from voxpipe.conversation.spoken import SAY_THE_RESULT
 from voxpipe.conversation.tool_step import (
+    AFTER_FILLER_S,
+    FOLLOW_UPS,
     MAX_SILENCE_S,
     PHRASE_AFTER_S,
     PHRASE_QUIET_S,
@@ -159,6 +161,19 @@ def gaps_s(times: list[float]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
+def time_sends(call: Call) -> list[float]:
+    """When each frame of reply audio goes out, from now on."""
+    sent_at: list[float] = []
+    send = call.session.replies.ctx.send_audio
+
+    async def timed(frame: AudioOut) -> None:
+        sent_at.append(time.monotonic())
+        await send(frame)
+
+    call.session.replies.ctx.send_audio = timed
+    return sent_at
+
+
 async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
     make_call: Callable[..., Call],
 ) -> None:
@@ -173,20 +188,13 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
         stt=FakeStt("a table for two"), llm=llm, agent=running(check_availability),
         deadlines={"filler": ""},
     )  # fmt: skip
-    sent_at: list[float] = []
-    send = call.session.replies.ctx.send_audio
-
-    async def timed(frame: AudioOut) -> None:
-        sent_at.append(time.monotonic())
-        await send(frame)
-
-    call.session.replies.ctx.send_audio = timed
+    sent_at = time_sends(call)
     await call.say()
     await call.until(lambda: call.done(1) is not None, within_s=6)
 
     clauses = call.tts.clauses
     assert clauses[0] == "Let me check the book."
-    assert "Still working on it." in clauses  # the silence would pass 1.5 s
+    assert "Still working on it." in clauses  # the silence would pass a second
     assert clauses[-2:] == ["Yes, we have", "a table."]  # the answer, a first phrase first
     started = call.sent.index(call.of(ToolStarted)[0])
     finished = call.sent.index(call.of(ToolFinished)[0])
@@ -199,6 +207,26 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
     # The phrase is not the answer: the caller heard, and the history keeps, the answer.
     assert call.done(1).text == "Yes, we have a table."  # type: ignore[union-attr]
     assert call.session.history.turns[-1].content == "Yes, we have a table."
+
+
+async def test_after_the_filler_a_slow_answer_keeps_the_line_alive(
+    make_call: Callable[..., Call],
+) -> None:
+    """No tool, a first token 2.5 s late: the filler, then a follow-up before the silence
+    after it passes a second, and then the answer; the history keeps the answer only."""
+    filler = Filler.synthesize("One moment.", FakeTts())
+    llm = FakeLlm(["Yes, we are open."], delay_s=2.5)
+    call = make_call(llm=llm, filler=filler, deadlines={"filler_ms": 100})
+    sent_at = time_sends(call)
+    await call.say()
+    await call.until(lambda: call.done(1) is not None, within_s=8)
+    clauses = call.tts.clauses  # the filler was made at start-up: not among them
+    assert clauses[0] == FOLLOW_UPS[0] and "".join(clauses[1:]) != "", clauses
+    stages = metrics_of(call, 1)["stages_ms"]
+    assert stages["filler_sent"] < stages["tool_phrase_sent"] < stages["first_audio_sent"]
+    assert max(gaps_s(sent_at)) < MAX_SILENCE_S
+    assert call.done(1).text == "Yes, we are open."  # type: ignore[union-attr]
+    assert call.session.history.turns[-1].content == "Yes, we are open."
 
 
 async def test_a_phrase_made_at_start_up_is_said_without_the_tts(
@@ -251,7 +279,7 @@ async def test_a_tool_past_its_timeout_says_its_timeout_phrase(
     assert result.role == "tool" and "did not finish within 0.2 s" in result.content
 
 
-async def test_the_filler_and_the_phrase_are_not_said_in_the_same_second(
+async def test_the_phrase_follows_the_filler_after_a_beat_never_on_top_of_it(
     make_call: Callable[..., Call],
 ) -> None:
     @tool(phrase="Checking now.", effect="read_only")
@@ -262,15 +290,13 @@ async def test_the_filler_and_the_phrase_are_not_said_in_the_same_second(
 
     llm = FakeLlm([called("slow")], ["Done."], delay_s=0.25)  # the call itself is late
     filler = Filler.synthesize("One moment.", FakeTts())
-    call = make_call(
-        llm=llm, agent=running(slow), filler=filler, deadlines={"llm_first_token_ms": 100}
-    )
+    call = make_call(llm=llm, agent=running(slow), filler=filler, deadlines={"filler_ms": 100})
     await call.say()
     await call.idle()
     stages = metrics_of(call, 1)["stages_ms"]
     assert "filler_sent" in stages and "tool_phrase_sent" in stages
-    # The filler's 100 ms of audio, then a second of quiet at least, before the phrase.
-    assert stages["tool_phrase_sent"] - stages["filler_sent"] >= 1000
+    # The filler's 100 ms of audio, then a beat of quiet at least, before the phrase.
+    assert stages["tool_phrase_sent"] - stages["filler_sent"] >= 100 + 1000 * AFTER_FILLER_S
 
 
 async def test_barge_in_cancels_a_read_only_tool_and_the_model_sees_it(
@@ -455,7 +481,7 @@ async def test_a_call_begun_late_gets_its_phrase_at_once(make_call: Callable[...
     stages = metrics_of(call, 1)["stages_ms"]
     (entry,) = metrics_of(call, 1)["tools"]
     assert stages["tool_phrase_sent"] - entry["started_ms"] < 1000 * PHRASE_AFTER_S / 2
-    assert stages["tool_phrase_sent"] < 1000 * MAX_SILENCE_S
+    assert stages["tool_phrase_sent"] < 1000 * (1.1 + PHRASE_AFTER_S / 2)  # the call's delay
 
 
 async def test_a_call_still_being_written_gets_its_phrase_once_the_caller_has_waited(
