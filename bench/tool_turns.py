@@ -249,8 +249,8 @@ def main(args: argparse.Namespace) -> int:
         f"bench tool-turns: {len(logs)} calls of {len(rows)} sentences in all "
         f"({', '.join(transports)} in turn), one server of the restaurant agent "
         f"({AGENT.name}); plain and tool turns alternate in each call; LLM temperature 0; "
-        f"end-of-turn silence {silence} ms; filler {filler} when the first token is later "
-        f"than {config.deadlines.llm_first_token_ms} ms; the caller talks after "
+        f"end-of-turn silence {silence} ms; filler {filler} when no words are on their way "
+        f"{config.deadlines.filler_ms} ms after the caller's; the caller talks after "
         f"{args.gap_ms} ms of quiet. Load average {load_before} before, {load_after} after "
         f"the calls{'; ' + str(len(failures)) + ' calls failed' if failures else ''}."
     )
@@ -272,6 +272,7 @@ def main(args: argparse.Namespace) -> int:
             "pause_ms": args.pause_ms,
             "silence_ms": silence,
             "filler": config.deadlines.filler,
+            "filler_ms": config.deadlines.filler_ms,
             "llm_first_token_deadline_ms": config.deadlines.llm_first_token_ms,
             "cpus": os.cpu_count(),
         },

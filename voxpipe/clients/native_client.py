@@ -79,6 +79,7 @@ class TurnResult:
     status: str = ""
     audio: bytearray = field(default_factory=bytearray)
     seqs: list[int] = field(default_factory=list)
+    arrived_ns: dict[int, int] = field(default_factory=dict)  # when each frame came, by seq
     metrics: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     done: dict[str, Any] = field(default_factory=dict)
@@ -92,8 +93,13 @@ class TurnResult:
 
     @property
     def voice_to_voice_ms(self) -> float | None:
-        if self.first_audio_ns and self.speech_end_sent_ns:
-            return (self.first_audio_ns - self.speech_end_sent_ns) / 1e6
+        """From the caller's last speech sent to the answer's first frame received: the
+        filler and a tool's phrases are not the answer (``response.done``'s ``answer_seq``
+        says where it starts; before it comes, or with no answer audio, the first frame)."""
+        answer = self.done.get("answer_seq")
+        first = self.arrived_ns.get(answer, self.first_audio_ns) if answer else self.first_audio_ns
+        if first and self.speech_end_sent_ns:
+            return (first - self.speech_end_sent_ns) / 1e6
         return None
 
 
@@ -267,6 +273,7 @@ class NativeClient(Listening):
                 turn.last_audio_ns = time.monotonic_ns()
                 turn.first_audio_ns = turn.first_audio_ns or turn.last_audio_ns
                 turn.seqs.append(seq)
+                turn.arrived_ns[seq] = turn.last_audio_ns
                 pcm = message[AUDIO_HEADER.size :]
                 turn.audio += pcm
                 starts = self.playback.add(seq, len(pcm) / 2 / self.output_rate)

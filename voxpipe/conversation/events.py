@@ -138,6 +138,7 @@ class ResponseDone(TurnScoped):
     reason: str = ""
     generated_text: str = ""  # everything the LLM produced, heard or not
     heard_ms: float | None = None
+    answer_seq: int | None = None  # the answer's first frame, after any filler or phrase
 
 
 @dataclass(frozen=True)

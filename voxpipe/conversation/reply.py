@@ -82,6 +82,7 @@ class Reply:
     audio_ns: int = 0
     first_seq: int | None = None
     last_seq: int | None = None
+    answer_seq: int | None = None
     barge_in: BargeIn | None = None
     owner: ReplyOwner | None = None  # told when the reply is done (None: nobody)
 
@@ -428,6 +429,7 @@ class Reply:
                     self._outcome.reason,
                     generated_text=self.generated.strip(),
                     heard_ms=self.heard_ms,
+                    answer_seq=self.answer_seq,
                 )
             )
             await self.emit(TurnMetrics(self.turn_id, record))

@@ -84,6 +84,7 @@ class VoicedReply(Protocol):
 
     first_seq: int | None
     last_seq: int | None
+    answer_seq: int | None  # the first frame of the answer itself (no filler, no phrase)
     last_frame_ns: int  # when the latest frame was handed to the transport
     audio_ns: int  # reply audio sent
 
@@ -187,12 +188,8 @@ class ReplyAudio:
     # -- the tasks ------------------------------------------------------------
 
     async def voice(self) -> None:
-        services, cancel, stages, tracker = (
-            self._services,
-            self._cancel,
-            self._stages,
-            self._tracker,
-        )
+        services, cancel = self._services, self._cancel
+        stages, tracker = self._stages, self._tracker
         resampler = StreamResampler(services.tts.sample_rate, self._rate)
         framer = Pcm16Framer(self._rate * services.config.audio.out_frame_ms // 1000)
         try:
@@ -262,6 +259,8 @@ class ReplyAudio:
             # Before the send, which may wait: a barge-in meanwhile must clear this frame too,
             # and a flush must send it again.
             reply.first_seq = reply.first_seq or seq
+            if sound is Sound.ANSWER and reply.answer_seq is None:
+                reply.answer_seq = seq
             reply.last_seq = seq
             now = time.monotonic_ns()
             duration_ns = int(len(frame) * ns_per_byte)
@@ -308,18 +307,18 @@ class ReplyAudio:
         return True
 
     async def fill_silence(self, after_filler: Callable[[], None]) -> None:
-        """Say the filler if no words of the reply are on their way by ``filler_ms`` (the
-        frames queue is still empty then: no token, no clause, no reply audio), then call
-        ``after_filler`` (what keeps the line alive after it); and count a miss if no words
-        are on their way by the first token's deadline."""
-        stages, deadlines = self._stages, self._services.config.deadlines
-        for deadline_ms in sorted({deadlines.filler_ms, deadlines.llm_first_token_ms}):
+        """The filler if the model has written no words of the reply by ``filler_ms`` (the
+        frames queue is still empty then), and ``after_filler`` (what keeps the line alive
+        after it); a miss if none by the first token's deadline."""
+        deadlines = self._services.config.deadlines
+        filler_ms, miss_ms = deadlines.filler_ms, deadlines.llm_first_token_ms
+        for deadline_ms in sorted({filler_ms, miss_ms}):
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.first_words.wait(), stages.wait_s(deadline_ms))
+                await asyncio.wait_for(self.first_words.wait(), self._stages.wait_s(deadline_ms))
                 return
-            if deadline_ms == deadlines.llm_first_token_ms:
-                stages.missed("llm_first_token")
-            if deadline_ms == deadlines.filler_ms and await self._say_filler():
+            if deadline_ms == miss_ms:
+                self._stages.missed("llm_first_token")
+            if deadline_ms == filler_ms and await self._say_filler():
                 after_filler()
 
     async def _say_filler(self) -> bool:

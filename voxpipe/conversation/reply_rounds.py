@@ -241,18 +241,21 @@ class ReplyRounds:
         return text, forced.run
 
     async def _say(self, words: str) -> str:
-        """Words the caller may hear (``speech``'s): sent, chunked and spoken."""
+        """Words the caller may hear (``speech``'s): sent, chunked and spoken. The guard
+        stops at the first clause, when the answer's audio is on its way: under load its
+        first words may take most of a second more to make a clause."""
         if words:
-            await self._stop_guard()  # the answer has begun
             self.audio.first_words.set()
             self._reply.generated += words
             await self.emit(ResponseTextDelta(self.turn_id, words))
             for clause in self._chunker.push(words):
+                await self._stop_guard()
                 await self.audio.clause(clause)
         return words
 
     async def _flush_clauses(self) -> None:
         for clause in self._chunker.flush():
+            await self._stop_guard()
             await self.audio.clause(clause)
 
     async def emit(self, event: Event) -> None:

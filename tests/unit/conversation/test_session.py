@@ -91,8 +91,9 @@ async def test_a_turn_from_speech_to_reply(
 
     done = call.done(1)
     assert done == ResponseDone(
-        1, "completed", "Sure thing, I can help.", 200.0, 1, 10, "", "Sure thing, I can help."
-    )
+        1, "completed", "Sure thing, I can help.", 200.0, 1, 10, "", "Sure thing, I can help.",
+        answer_seq=1,
+    )  # fmt: skip
     (metrics,) = call.of(TurnMetrics)
     assert metrics.turn_id == 1
     assert list(metrics.metrics["stages_ms"]) == list(STAGES)
@@ -355,6 +356,8 @@ async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
     metrics = call.of(TurnMetrics, 1)[0]
     assert "filler_sent" in metrics.metrics["stages_ms"], metrics.metrics
     assert len(frames) > 8  # the filler's 8 frames, then the answer
+    done = call.done(1)
+    assert done is not None and done.first_seq == 1 and done.answer_seq == 9  # after them
     assert all(len(f.pcm) == 2 * FRAME for f in frames[:-1]), [len(f.pcm) for f in frames]
     assert 0 < len(frames[-1].pcm) <= 2 * FRAME
     # The filler's padding is silence, and the answer comes after it.

@@ -212,10 +212,11 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
 async def test_after_the_filler_a_slow_answer_keeps_the_line_alive(
     make_call: Callable[..., Call],
 ) -> None:
-    """No tool, a first token 2.5 s late: the filler, then a follow-up before the silence
-    after it passes a second, and then the answer; the history keeps the answer only."""
+    """No tool, and words coming 0.8 s apart: the filler, then a follow-up before the
+    silence after it passes a second (the first word alone is no audio yet), and then the
+    answer; the history keeps the answer only."""
     filler = Filler.synthesize("One moment.", FakeTts())
-    llm = FakeLlm(["Yes, we are open."], delay_s=2.5)
+    llm = FakeLlm(["Yes,", " we", " are", " open."], delay_s=0.8)
     call = make_call(llm=llm, filler=filler, deadlines={"filler_ms": 100})
     sent_at = time_sends(call)
     await call.say()

@@ -27,6 +27,7 @@ import websockets
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts, FakeVad
 from tests.unit.transports.in_process import serving
 from voxpipe.audio.pcm import ulaw_encode
+from voxpipe.clients.native_client import NativeClient
 from voxpipe.config import Config
 from voxpipe.conversation.tool_step import FOLLOW_UPS
 from voxpipe.engines.base import Engines
@@ -223,3 +224,21 @@ async def test_filler_then_answer_go_out_in_whole_20ms_frames(
     assert answer_samples > 0, tts.clauses
     heard = sum(sizes) // w.bytes_per_sample - filler_frames * frame_samples
     assert abs(heard - answer_samples) <= frame_samples, (heard, answer_samples, sizes)
+
+
+async def test_the_native_client_counts_the_answer_not_the_filler(tmp_path: Path) -> None:
+    """``voxpipe load`` judges a server by the client's voice-to-voice: the filler comes
+    first, 50 ms after the words here, and is not the answer (``response.done``'s
+    ``answer_seq``); the answer's first frame is."""
+    tts = FakeTts(sample_rate=TTS_RATE, samples_per_clause=CLAUSE_SAMPLES)
+    async with serve(tmp_path / "turns.jsonl", tts) as port:
+        async with NativeClient(f"ws://127.0.0.1:{port}/v1/voice") as client:
+            await client.connect()
+            turn = await client.speak(np.full(TTS_RATE // 2, 0.5, np.float32), TTS_RATE)
+    assert turn.metrics["stages_ms"]["filler_sent"] < turn.metrics["stages_ms"]["first_audio_sent"]
+    answer = turn.done["answer_seq"]
+    assert answer > turn.seqs[0]  # the filler's frames came first
+    first_ms = (turn.first_audio_ns - turn.speech_end_sent_ns) / 1e6
+    assert turn.voice_to_voice_ms is not None
+    assert turn.voice_to_voice_ms == (turn.arrived_ns[answer] - turn.speech_end_sent_ns) / 1e6
+    assert turn.voice_to_voice_ms > first_ms
