@@ -113,13 +113,15 @@ class DeadlineConfig(Section):
 
     llm_first_token_ms: int = Field(1400, ge=50)
     """First LLM token due (the first words of the reply, or a tool's phrase); a miss is
-    counted."""
+    counted, and a reply with no tools offered says the filler then."""
 
     filler_ms: int = Field(800, ge=0)
-    """The filler is said when the caller has heard nothing of the reply (no words, no tool's
-    phrase) this long after their own words: it reaches a phone caller about 100 ms later,
-    inside the second after which a tool turn's silence counts as too long and a caller
-    starts to talk again (docs/benchmarks.md, "The filler within a second")."""
+    """The filler is said when a reply that may call a tool (tools offered) has no words this
+    long after the caller's: its words wait for the decision on the call, so without it the
+    caller would sit in silence for over a second. It reaches a phone caller about 100 ms
+    later. A reply with no tools gets the filler at ``llm_first_token_ms``: its first words
+    come sooner, and an early filler would only hold them back (docs/benchmarks.md, "The
+    filler within a second")."""
 
     tts_first_chunk_ms: int = Field(1800, ge=50)
     """First reply audio due."""

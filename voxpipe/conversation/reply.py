@@ -353,7 +353,7 @@ class Reply:
                 group.create_task(rounds.run(usage, llm_clock))
                 group.create_task(audio.voice())
                 group.create_task(audio.play())
-                group.create_task(audio.fill_silence(rounds.hold_the_line))
+                group.create_task(audio.fill_silence(rounds.hold_the_line, rounds.may_call()))
         except TimeoutError:
             stages.missed("turn")
             cancel.cancel()

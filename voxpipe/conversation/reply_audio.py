@@ -306,12 +306,13 @@ class ReplyAudio:
             self._frames.put_nowait(_WAKE)  # play may be waiting on the queue
         return True
 
-    async def fill_silence(self, after_filler: Callable[[], None]) -> None:
-        """The filler if the model has written no words of the reply by ``filler_ms`` (the
-        frames queue is still empty then), and ``after_filler`` (what keeps the line alive
-        after it); a miss if none by the first token's deadline."""
+    async def fill_silence(self, after_filler: Callable[[], None], may_call: bool) -> None:
+        """The filler if the model has written no words of the reply by ``filler_ms`` (one
+        that ``may_call`` a tool; others by the first token's deadline), and then
+        ``after_filler`` (what keeps the line alive); a miss if none by that deadline."""
         deadlines = self._services.config.deadlines
-        filler_ms, miss_ms = deadlines.filler_ms, deadlines.llm_first_token_ms
+        miss_ms = deadlines.llm_first_token_ms
+        filler_ms = deadlines.filler_ms if may_call else miss_ms
         for deadline_ms in sorted({filler_ms, miss_ms}):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.first_words.wait(), self._stages.wait_s(deadline_ms))

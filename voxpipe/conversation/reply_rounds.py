@@ -300,6 +300,12 @@ class ReplyRounds:
             messages.append(ChatMessage("user", transcript))  # not in the history yet
         return messages if self._ctx.ledger is None else self._ctx.ledger.prompt(messages)
 
+    def may_call(self) -> bool:
+        """Whether the reply's first request is offered tools: its words then wait for the
+        decision on a call (``deadlines.filler_ms``)."""
+        ledger = self._ctx.ledger
+        return ledger is not None and self._asked.say is None and bool(ledger.offered())
+
     def _offered(self, round_no: int) -> tuple[list[ToolSpec] | None, str]:
         """The tools of request ``round_no`` and the tool choice. Every request of a call
         has the same tools in its prompt (its cached prefix holds); a request that may not

@@ -20,7 +20,9 @@ from tests.unit.conversation.harness import (
     silence,
     speech,
 )
+from tests.unit.conversation.tools_support import running
 from tests.unit.fakes import FakeLlm, FakeStt, FakeTts
+from voxpipe.agent import tool
 from voxpipe.conversation.events import (
     AudioOut,
     ErrorEvent,
@@ -348,7 +350,7 @@ async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
     call = make_call(
         llm=FakeLlm(["Sure", ", here", " it is."], delay_s=0.15),
         filler=filler,
-        deadlines={"filler_ms": 50},
+        deadlines={"llm_first_token_ms": 50},
     )
     await call.say()
     await call.until(lambda: call.done(1))
@@ -365,24 +367,43 @@ async def test_the_filler_goes_out_in_whole_frames_and_the_answer_follows(
     assert any(max(abs(v) for v in np.frombuffer(f.pcm, np.int16)) > 0 for f in frames[8:])
 
 
-async def test_the_filler_is_due_before_the_first_token_deadline_and_counts_no_miss(
+@tool(effect="read_only")
+async def opening_hours() -> str:
+    """When the restaurant is open."""
+    return "noon to ten"
+
+
+@pytest.mark.parametrize(
+    ("tools", "delay_s", "filler_due_ms", "missed"),
+    [(True, 0.3, 100, False), (True, 0.8, 100, True), (False, 0.3, None, False),
+     (False, 0.8, 600, True)],
+)  # fmt: skip
+async def test_the_filler_is_due_sooner_for_a_reply_that_may_call_a_tool(
     make_call: Callable[..., Call],
+    tools: bool,
+    delay_s: float,
+    filler_due_ms: int | None,
+    missed: bool,
 ) -> None:
-    """The filler keeps the caller from a silence they would talk into (``filler_ms``); the
-    first token's deadline, later, is what counts a miss: a token between the two gets the
-    filler and no miss, one after both gets both."""
+    """A reply offered tools waits for the decision on a call before its words, so its
+    filler is due at ``filler_ms``; a reply with none gets it at the first token's deadline,
+    which counts the miss for both (a first token between the two: a filler, no miss)."""
     filler = Filler("One moment.", np.full(FRAME * 3, 0.2, np.float32), 16000)
-    deadlines = {"filler_ms": 100, "llm_first_token_ms": 600}
-    for delay_s, missed in ((0.3, False), (0.8, True)):
-        call = make_call(llm=FakeLlm(["Here it is."], delay_s=delay_s), filler=filler,
-                         deadlines=deadlines)  # fmt: skip
-        await call.say()
-        await call.until(lambda c=call: c.done(1))
-        record = call.of(TurnMetrics, 1)[0].metrics
-        stages = record["stages_ms"]
-        assert 100 <= stages["filler_sent"] < 300, stages
+    call = make_call(
+        llm=FakeLlm(["Here it is."], delay_s=delay_s), filler=filler,
+        deadlines={"filler_ms": 100, "llm_first_token_ms": 600},
+        agent=running(opening_hours) if tools else None,
+    )  # fmt: skip
+    await call.say()
+    await call.until(lambda: call.done(1))
+    record = call.of(TurnMetrics, 1)[0].metrics
+    stages = record["stages_ms"]
+    if filler_due_ms is None:
+        assert "filler_sent" not in stages, stages
+    else:
+        assert filler_due_ms <= stages["filler_sent"] < filler_due_ms + 200, stages
         assert stages["filler_sent"] < stages["first_audio_sent"], stages
-        assert ("llm_first_token" in record.get("deadline_misses", [])) is missed, record
+    assert ("llm_first_token" in record.get("deadline_misses", [])) is missed, record
 
 
 async def test_no_filler_when_the_answer_is_on_its_way_in_time(

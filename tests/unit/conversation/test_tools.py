@@ -212,12 +212,12 @@ async def test_a_slow_tool_gets_its_phrase_and_the_silence_stays_short(
 async def test_after_the_filler_a_slow_answer_keeps_the_line_alive(
     make_call: Callable[..., Call],
 ) -> None:
-    """No tool, and words coming 0.8 s apart: the filler, then a follow-up before the
+    """No tools, and words coming 0.8 s apart: the filler, then a follow-up before the
     silence after it passes a second (the first word alone is no audio yet), and then the
     answer; the history keeps the answer only."""
     filler = Filler.synthesize("One moment.", FakeTts())
     llm = FakeLlm(["Yes,", " we", " are", " open."], delay_s=0.8)
-    call = make_call(llm=llm, filler=filler, deadlines={"filler_ms": 100})
+    call = make_call(llm=llm, filler=filler, deadlines={"llm_first_token_ms": 100})
     sent_at = time_sends(call)
     await call.say()
     await call.until(lambda: call.done(1) is not None, within_s=8)
