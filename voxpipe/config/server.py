@@ -130,4 +130,5 @@ class DeadlineConfig(Section):
     """A reply still running this long after the turn is cancelled."""
 
     filler: str = "One moment."
-    """Said at ``filler_ms`` (above); empty = stay silent."""
+    """Said when a reply is late (``filler_ms``, ``llm_first_token_ms`` above); empty = stay
+    silent."""
