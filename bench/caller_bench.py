@@ -644,8 +644,8 @@ def main(args: argparse.Namespace) -> int:
         f"bench caller: {len(logs)} calls of {len(rows)} sentences of real speech "
         f"in all ({', '.join(transports)} in turn), {servers}; LLM temperature 0, "
         f"max_tokens 60, prompt {PROMPT!r}; "
-        f"end-of-turn silence {silence} ms; filler {filler} when no words are on their way "
-        f"{config.deadlines.filler_ms} ms after the caller's; the caller talks after "
+        f"end-of-turn silence {silence} ms; filler {filler} when the first token is later "
+        f"than {config.deadlines.llm_first_token_ms} ms; the caller talks after "
         f"{args.gap_ms} ms of quiet. Load average {load_before} before, {load_calls} after "
         "the calls."
     )
@@ -669,7 +669,6 @@ def main(args: argparse.Namespace) -> int:
             "pause_ms": args.pause_ms,
             "silence_ms": silence,
             "filler": config.deadlines.filler,
-            "filler_ms": config.deadlines.filler_ms,
             "llm_first_token_deadline_ms": config.deadlines.llm_first_token_ms,
         },
     }

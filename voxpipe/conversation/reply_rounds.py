@@ -303,16 +303,19 @@ class ReplyRounds:
     def may_call(self) -> bool:
         """Whether the reply's first request is offered tools: its words then wait for the
         decision on a call (``deadlines.filler_ms``)."""
+        return self._tools() is not None
+
+    def _tools(self) -> list[ToolSpec] | None:
+        """The tools every request of this reply is offered (None: none, or words to say)."""
         ledger = self._ctx.ledger
-        return ledger is not None and self._asked.say is None and bool(ledger.offered())
+        return ledger.offered() if ledger is not None and self._asked.say is None else None
 
     def _offered(self, round_no: int) -> tuple[list[ToolSpec] | None, str]:
         """The tools of request ``round_no`` and the tool choice. Every request of a call
         has the same tools in its prompt (its cached prefix holds); a request that may not
         call (the fourth, after a tool changed something, or asked for on a client tool's
         output) is told "none"."""
-        ledger, asked = self._ctx.ledger, self._asked
-        tools = ledger.offered() if ledger is not None and asked.say is None else None
+        ledger, asked, tools = self._ctx.ledger, self._asked, self._tools()
         if not tools or ledger is None:
             return None, "auto"
         self.stages.offer_tools()

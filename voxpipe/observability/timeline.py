@@ -283,7 +283,7 @@ class StageTimer:
         return max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
 
     def filler(self, text: str) -> None:
-        """Nothing of the reply was on its way at ``filler_ms``: the filler is said."""
+        """Nothing of the reply was on its way by the filler's deadline: it is said."""
         self._metrics.fillers.inc()
         self.timeline.counters["filler"] = text
 

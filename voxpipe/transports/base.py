@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter
 from pydantic import ValidationError
 from starlette.types import Message
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxpipe.conversation.events import (
     AudioDropped,
@@ -118,6 +118,15 @@ class SocketConnection:
         self.call = call
         self.services = call.services
         self.cfg = call.services.config
+
+
+async def close_when_sent(ws: WebSocket, sink: SendBuffer, reason: str, flush_s: float) -> None:
+    """End a call the server or its client ended normally: what is queued goes out (at most
+    ``flush_s``), then the socket closes with 1000 and ``reason``; a peer already gone is
+    no error."""
+    await sink.flush(flush_s)
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        await ws.close(CloseCode.NORMAL, close_reason(reason))
 
 
 def call_send_buffer(ws: WebSocket, call: Call, peer: str, text_only: bool = False) -> SendBuffer:

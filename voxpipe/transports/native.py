@@ -19,7 +19,6 @@ so the client resends the rest. Nothing is said twice and nothing is lost. A han
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -39,6 +38,7 @@ from voxpipe.conversation.session import Session
 from voxpipe.transports.base import (
     SocketConnection,
     call_send_buffer,
+    close_when_sent,
     describe_error,
     end_on_invalid_text,
     invalid_text,
@@ -135,9 +135,7 @@ class NativeConnection(SocketConnection):
                     await self._on_audio(message["bytes"])
                 elif message.get("text") is not None:
                     if await self.events.handle(message["text"]):  # session.end
-                        await self.sink.flush(2.0)
-                        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-                            await self.ws.close(CloseCode.NORMAL, "session.end")  # may be gone
+                        await close_when_sent(self.ws, self.sink, "session.end", 2.0)
                         return
                 elif (detail := invalid_text(message)) is not None:
                     await end_on_invalid_text(self.call, detail)

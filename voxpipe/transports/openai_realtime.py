@@ -61,12 +61,12 @@ from voxpipe.transports.base import (
     SocketConnection,
     Undecodable,
     call_send_buffer,
-    close_reason,
+    close_when_sent,
     decode_json,
     end_on_invalid_text,
     invalid_text,
 )
-from voxpipe.transports.call import Call, CloseCode, Rates, SessionSinks
+from voxpipe.transports.call import Call, Rates, SessionSinks
 from voxpipe.transports.realtime_audio import SESSION_RATE, BadAudio, InboundAudio
 from voxpipe.transports.realtime_client_events import (
     CLIENT_EVENTS,
@@ -93,7 +93,6 @@ log = logging.getLogger("voxpipe.realtime")
 SUBPROTOCOL = "realtime"
 BETA_SUBPROTOCOL = "openai-beta.realtime-v1"
 MAX_ITEMS = 256  # items a connection remembers for retrieve, delete, truncate
-ENDED_FLUSH_S = 2.0  # the longest the last events wait to go out before an ended call closes
 # Refusals that are the client's doing; the rest are the server's.
 _CLIENT_CODES = {
     ErrorCode.UNAUTHORIZED,
@@ -205,12 +204,6 @@ class RealtimeConnection(SocketConnection):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _close_ended(self, reason: str) -> None:
-        """The agent ended the call: what is queued goes out, then the socket closes
-        normally; the receive loop sees the close and hangs up."""
-        await self.sink.flush(ENDED_FLUSH_S)
-        await self.ws.close(CloseCode.NORMAL, close_reason(f"call ended: {reason}"))
 
     async def _on_text(self, text: str) -> None:
         payload = decode_json(text, self.cfg.server.max_message_bytes)
@@ -385,9 +378,9 @@ class RealtimeConnection(SocketConnection):
         elif isinstance(event, ErrorEvent):
             self.out.error(RealtimeError(event.code, event.message, kind="server_error"))
         elif isinstance(event, CallEnded) and self._ending is None:
-            self._ending = asyncio.create_task(
-                self._close_ended(event.reason), name=f"end-{self.call.id}"
-            )
+            # The receive loop sees the close and hangs up.
+            closing = close_when_sent(self.ws, self.sink, f"call ended: {event.reason}", 2.0)
+            self._ending = asyncio.create_task(closing, name=f"end-{self.call.id}")
         # playback.clear, turn.metrics and the rest have no Realtime counterpart
 
     async def _on_audio(self, frame: AudioOut) -> None:
