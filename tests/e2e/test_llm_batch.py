@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from voxpipe.config import Config
-from voxpipe.engines.base import CancelToken, ChatMessage, LlmUsage, Urgency
+from voxpipe.engines.base import CancelToken, ChatMessage, LlmRequest, LlmUsage, Urgency
 from voxpipe.engines.batch_plan import BatchPolicy, StepRecord
 from voxpipe.engines.llama_llm import LlamaLlm
 from voxpipe.engines.loader import llm_model_path
@@ -168,3 +168,29 @@ def test_a_reply_takes_over_its_own_warm_and_a_warm_gives_way(llm: LlamaLlm) -> 
     assert all(s.owner != "busy-caller" or not s.busy for s in llm.batch.slots.all)
     owned = [s for s in llm.batch.slots.all if s.owner == "busy-caller"]
     assert len(owned) == 1, "the warm took a second sequence beside its call's reply"
+
+
+def test_a_prefill_or_warm_with_nothing_new_returns_at_once(llm: LlamaLlm) -> None:
+    """The prompt already in the call's sequence (a history pre-filled twice, a warm of the
+    same words so far): nothing is evaluated, and the request leaves the batch at once. It
+    used to stay there unscheduled: a prefill's runner thread waited until the call's next
+    request, a warm held its sequence busy."""
+    messages = [SYSTEM, ChatMessage("user", "Hello, I would like to ask about my order.")]
+    llm.prefill(LlmRequest("twice", messages, CancelToken(), LlmUsage()))
+    again = LlmUsage()
+    done = threading.Thread(
+        target=llm.prefill, args=(LlmRequest("twice", messages, CancelToken(), again),)
+    )
+    done.start()
+    done.join(10)
+    assert not done.is_alive(), "a prefill of a prompt already in its sequence never returned"
+    assert again.prefill_tokens == 0 and again.finish_reason == "stop"
+    assert llm.batch.active == 0
+
+    words = [*messages, ChatMessage("user", "Can you tell me where")]
+    assert llm.warm("twice", words, CancelToken())
+    _settled(llm)
+    assert llm.warm("twice", words, CancelToken())  # the same words so far: nothing new
+    _settled(llm)
+    assert not any(s.busy for s in llm.batch.slots.all)
+    llm.forget("twice")

@@ -461,3 +461,5 @@ class BatchedLlama:
         usage.prefill_tokens = len(request.prompt) - reused
         usage.finish_reason = "length"
         self._active.append(request)
+        if reused == len(request.prompt):  # a prefill or warm of what is already there
+            self._finish(request, "stop")  # no step would ever take it
