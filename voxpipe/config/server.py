@@ -121,7 +121,8 @@ class DeadlineConfig(Section):
     caller would sit in silence for over a second. It reaches a phone caller about 100 ms
     later. A reply with no tools gets the filler at ``llm_first_token_ms``: its first words
     come sooner, and an early filler would only hold them back (docs/benchmarks.md, "The
-    filler within a second")."""
+    filler within a second"). Nor does a caller's goodbye: "One moment." is no answer to it,
+    and a farewell's reply is quick."""
 
     tts_first_chunk_ms: int = Field(1800, ge=50)
     """First reply audio due."""

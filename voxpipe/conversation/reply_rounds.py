@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from voxpipe.agent.closing import closes_the_call
 from voxpipe.conversation.claims import ClaimGate, ClaimRules, forced_calls, known_words
 from voxpipe.conversation.events import Event, ResponseTextDelta
 from voxpipe.conversation.reply_audio import ReplyAudio
@@ -302,8 +303,11 @@ class ReplyRounds:
 
     def may_call(self) -> bool:
         """Whether the reply's first request is offered tools: its words then wait for the
-        decision on a call (``deadlines.filler_ms``)."""
-        return self._tools() is not None
+        decision on a call (``deadlines.filler_ms``). Not when the caller takes their leave:
+        "One moment." is no answer to a goodbye, and a farewell's reply (its ``end_call``
+        included) is quick."""
+        transcript = self._asked.transcript
+        return self._tools() is not None and not (transcript and closes_the_call(transcript))
 
     def _tools(self) -> list[ToolSpec] | None:
         """The tools every request of this reply is offered (None: none, or words to say)."""

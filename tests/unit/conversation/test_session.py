@@ -406,6 +406,23 @@ async def test_the_filler_is_due_sooner_for_a_reply_that_may_call_a_tool(
     assert ("llm_first_token" in record.get("deadline_misses", [])) is missed, record
 
 
+@pytest.mark.parametrize(("words", "filler_due_ms"), [("okay, goodbye", 600), ("hello", 100)])
+async def test_a_goodbye_gets_no_early_filler(
+    make_call: Callable[..., Call], words: str, filler_due_ms: int
+) -> None:
+    """ "One moment." is no answer to a goodbye: a caller who takes their leave gets the
+    filler only at the first token's deadline, even from an agent with tools."""
+    filler = Filler("One moment.", np.full(FRAME * 3, 0.2, np.float32), 16000)
+    call = make_call(
+        stt=FakeStt(words), llm=FakeLlm(["Goodbye!"], delay_s=0.8), filler=filler,
+        deadlines={"filler_ms": 100, "llm_first_token_ms": 600}, agent=running(opening_hours),
+    )  # fmt: skip
+    await call.say()
+    await call.until(lambda: call.done(1))
+    stages = call.of(TurnMetrics, 1)[0].metrics["stages_ms"]
+    assert filler_due_ms <= stages["filler_sent"] < filler_due_ms + 200, stages
+
+
 async def test_no_filler_when_the_answer_is_on_its_way_in_time(
     make_call: Callable[..., Call],
 ) -> None:
