@@ -22,10 +22,13 @@ Slot = Literal[
     "19:00", "19:30", "20:00", "20:30", "21:00", "21:30", "22:00", "22:30",
 ]  # fmt: skip
 
-# The agent's calendar is fixed (a Sunday), so its prompt is the same on every run: with the
-# real date the prompt changed each day, and so could the model's calls (a test that passed on
-# a Sunday could fail on the Monday after, when the restaurant is closed).
-TODAY = datetime.date(2026, 12, 6)
+# The agent's calendar is always a Sunday, so its prompt is the same all week: with the real
+# date the prompt changed each day, and so could the model's calls (a test that passed on a
+# Sunday could fail on the Monday after, when the restaurant is closed). It is the coming
+# Sunday, not a fixed one: the server asks about a date the caller never said unless it is
+# from today to two weeks ahead (conversation/confirmation.py), and a fixed Sunday fell
+# behind the clock (every booking "tonight" was asked about from 2026-12-08 on).
+TODAY = datetime.date.today() + datetime.timedelta(days=(6 - datetime.date.today().weekday()) % 7)
 TOMORROW = TODAY + datetime.timedelta(days=1)
 
 
