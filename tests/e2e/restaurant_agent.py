@@ -28,7 +28,8 @@ Slot = Literal[
 # Sunday, not a fixed one: the server asks about a date the caller never said unless it is
 # from today to two weeks ahead (conversation/confirmation.py), and a fixed Sunday fell
 # behind the clock (every booking "tonight" was asked about from 2026-12-08 on).
-TODAY = datetime.date.today() + datetime.timedelta(days=(6 - datetime.date.today().weekday()) % 7)
+_REAL_TODAY = datetime.date.today()
+TODAY = _REAL_TODAY + datetime.timedelta(days=(6 - _REAL_TODAY.weekday()) % 7)
 TOMORROW = TODAY + datetime.timedelta(days=1)
 
 

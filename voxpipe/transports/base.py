@@ -120,11 +120,14 @@ class SocketConnection:
         self.cfg = call.services.config
 
 
-async def close_when_sent(ws: WebSocket, sink: SendBuffer, reason: str, flush_s: float) -> None:
+CLOSE_FLUSH_S = 2.0  # the longest the last messages of a call ended normally wait to go out
+
+
+async def close_when_sent(ws: WebSocket, sink: SendBuffer, reason: str) -> None:
     """End a call the server or its client ended normally: what is queued goes out (at most
-    ``flush_s``), then the socket closes with 1000 and ``reason``; a peer already gone is
-    no error."""
-    await sink.flush(flush_s)
+    :data:`CLOSE_FLUSH_S`), then the socket closes with 1000 and ``reason``; a peer already
+    gone is no error."""
+    await sink.flush(CLOSE_FLUSH_S)
     with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
         await ws.close(CloseCode.NORMAL, close_reason(reason))
 

@@ -135,7 +135,7 @@ class NativeConnection(SocketConnection):
                     await self._on_audio(message["bytes"])
                 elif message.get("text") is not None:
                     if await self.events.handle(message["text"]):  # session.end
-                        await close_when_sent(self.ws, self.sink, "session.end", 2.0)
+                        await close_when_sent(self.ws, self.sink, "session.end")
                         return
                 elif (detail := invalid_text(message)) is not None:
                     await end_on_invalid_text(self.call, detail)

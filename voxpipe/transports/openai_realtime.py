@@ -379,7 +379,7 @@ class RealtimeConnection(SocketConnection):
             self.out.error(RealtimeError(event.code, event.message, kind="server_error"))
         elif isinstance(event, CallEnded) and self._ending is None:
             # The receive loop sees the close and hangs up.
-            closing = close_when_sent(self.ws, self.sink, f"call ended: {event.reason}", 2.0)
+            closing = close_when_sent(self.ws, self.sink, f"call ended: {event.reason}")
             self._ending = asyncio.create_task(closing, name=f"end-{self.call.id}")
         # playback.clear, turn.metrics and the rest have no Realtime counterpart
 
